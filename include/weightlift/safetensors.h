@@ -1,0 +1,126 @@
+// weightlift/safetensors.h: the safetensors format, read and written.
+//
+// The reader is strict exactly where Hugging Face's Rust implementation is:
+//   - 8-byte little-endian header length N, N <= 100,000,000 and 8 + N <= file size,
+//     checked before anything is allocated;
+//   - the header is UTF-8 JSON, an object starting with '{' (trailing spaces allowed);
+//   - each entry: a known dtype, a shape of non-negative integers whose element
+//     count does not overflow, data_offsets [begin, end] with begin <= end and
+//     end - begin == bytes of (numel x dtype);
+//   - tensors tile the data area in offset order, no gap, no overlap, and end
+//     exactly at the end of the file;
+//   - "__metadata__" is a string-to-string map; duplicate names are rejected.
+// Every error names the file and, where it applies, the tensor.
+//
+// Thread-safety: a SafetensorsFile is immutable after open(); every const
+// method may be called from many threads.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "weightlift/dtype.h"
+#include "weightlift/io.h"
+#include "weightlift/status.h"
+#include "weightlift/tensor.h"
+
+namespace wl {
+
+inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
+
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::U8;
+  Shape shape;
+  uint64_t offset = 0;  // absolute byte offset in the file (8 + N + data_offsets[0])
+  uint64_t nbytes = 0;
+};
+
+// The parsed header of one file.
+struct SafetensorsHeader {
+  uint64_t header_size = 0;  // N
+  uint64_t data_start = 0;   // 8 + N
+  std::vector<TensorInfo> tensors;  // in file (offset) order
+  std::map<std::string, std::string> metadata;
+};
+
+// Validates a header against the file's total size. `json` is the N header
+// bytes (without the 8-byte length). `file` only names errors.
+Result<SafetensorsHeader> parse_safetensors_header(std::string_view json, uint64_t file_size,
+                                                   std::string_view file = {});
+// Reads the length prefix and header of an open file, then parses it.
+Result<SafetensorsHeader> read_safetensors_header(const RandomAccessFile& file);
+
+enum class LoadMode {
+  kLazy,   // mmap the file; views are zero-copy into the mapping
+  kEager,  // read the whole file into one buffer with one read; views point into it
+};
+
+class SafetensorsFile {
+ public:
+  static Result<std::shared_ptr<SafetensorsFile>> open(const std::string& path, LoadMode mode = LoadMode::kLazy,
+                                                       Env* env = Env::Default());
+  // Over an already-open file (kLazy needs view() support, else bytes are read on demand).
+  static Result<std::shared_ptr<SafetensorsFile>> open(std::shared_ptr<RandomAccessFile> file,
+                                                       LoadMode mode = LoadMode::kLazy);
+
+  const std::string& path() const { return file_->path(); }
+  const SafetensorsHeader& header() const { return header_; }
+  const std::vector<TensorInfo>& tensors() const { return header_.tensors; }
+  const std::map<std::string, std::string>& metadata() const { return header_.metadata; }
+  std::vector<std::string> names() const;  // sorted, as safe_open.keys()
+  const TensorInfo* find(std::string_view name) const;
+  const std::shared_ptr<RandomAccessFile>& file() const { return file_; }
+  uint64_t file_size() const { return file_->size(); }
+
+  // A view of a tensor's bytes that keeps the mapping / buffer alive. For a
+  // file that cannot be mapped, the bytes are read into a private buffer.
+  Result<TensorView> get(std::string_view name) const;
+  // An owned copy (pread straight into a fresh buffer; never a view).
+  Result<Tensor> read(std::string_view name) const;
+  // Rows [begin, end) along dim 0, reading only those bytes. 0-dim tensors
+  // have no rows (kInvalidArgument); end is clamped to the row count, as Python slicing does.
+  Result<Tensor> read_rows(std::string_view name, int64_t begin, int64_t end) const;
+
+ private:
+  SafetensorsFile() = default;
+  std::shared_ptr<RandomAccessFile> file_;
+  std::shared_ptr<Buffer> eager_;  // kEager: the whole file
+  SafetensorsHeader header_;
+};
+
+// One tensor to write: a name and its bytes (contiguous, row-major).
+struct NamedTensor {
+  std::string name;
+  TensorView view;
+};
+
+// The header bytes (length prefix included) that Hugging Face's writer emits
+// for these tensors, and the order in which their data follows. Tensors are
+// ordered by dtype alignment (descending), then by name; the JSON is compact,
+// "__metadata__" comes first, and the header is padded with spaces to 8 bytes.
+struct SafetensorsLayout {
+  std::string prefix;          // 8-byte length + header
+  std::vector<size_t> order;   // indices into the input, in data order
+  std::vector<uint64_t> begin; // data_offsets[0] per input index
+  uint64_t total_size = 0;     // prefix + all data
+};
+Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
+                                           const std::map<std::string, std::string>& metadata = {});
+
+// Writes a file atomically (temporary + rename). Names must be unique; dtypes
+// must be storable in safetensors; each view's size must match its shape.
+Status write_safetensors(const std::string& path, std::span<const NamedTensor> tensors,
+                         const std::map<std::string, std::string>& metadata = {});
+// The same bytes, in memory.
+Result<std::string> serialize_safetensors(std::span<const NamedTensor> tensors,
+                                          const std::map<std::string, std::string>& metadata = {});
+
+}  // namespace wl

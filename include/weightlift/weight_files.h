@@ -1,0 +1,46 @@
+// weightlift/weight_files.h: choosing which files of a model folder hold its
+// weights, as the reference (vLLM's weight utilities) does.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weightlift/io.h"
+#include "weightlift/status.h"
+
+namespace wl {
+
+inline constexpr std::string_view kSafetensorsIndexName = "model.safetensors.index.json";
+
+// Natural order of base names: "model-2-of-10" before "model-10-of-10".
+bool natural_less(std::string_view a, std::string_view b);
+void natural_sort(std::vector<std::string>& paths);  // by base name
+
+// Keeps only the files that the index's weight_map names (a consolidated file
+// beside shards is dropped). No index in `folder`: the list is unchanged.
+// An index entry whose file is missing is kNotFound naming it; a malformed
+// index is kCorruptData.
+Result<std::vector<std::string>> filter_duplicate_safetensors_files(const std::vector<std::string>& files,
+                                                                    const std::string& folder,
+                                                                    std::string_view index_name = kSafetensorsIndexName,
+                                                                    Env* env = Env::Default());
+
+// Drops training-only files: training_args.bin, optimizer.bin, optimizer.pt,
+// scheduler.pt, scaler.pt.
+std::vector<std::string> filter_files_not_needed_for_inference(const std::vector<std::string>& files);
+
+enum class WeightFormat { kSafetensors, kPytorch, kNumpy };
+
+struct WeightFiles {
+  std::vector<std::string> files;  // full paths, natural order
+  WeightFormat format = WeightFormat::kSafetensors;
+};
+
+// The weights of PATH. A file is itself (its format from its extension). A
+// folder: "*.safetensors", else "*.bin", else "*.pt" (the first pattern that
+// matches anything), de-duplicated with the index, training files dropped,
+// naturally sorted. No weights found is kNotFound.
+Result<WeightFiles> find_weight_files(const std::string& path, Env* env = Env::Default());
+
+}  // namespace wl

@@ -1,0 +1,139 @@
+#include "weightlift/weight_files.h"
+
+#include <algorithm>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "weightlift/loader.h"
+
+namespace wl {
+
+namespace {
+
+std::string_view base_name(std::string_view p) {
+  auto pos = p.rfind('/');
+  return pos == std::string_view::npos ? p : p.substr(pos + 1);
+}
+
+bool ends_with(std::string_view s, std::string_view suffix) {
+  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
+}
+
+std::string join_path(const std::string& dir, std::string_view name) {
+  if (dir.empty() || dir.back() == '/') return dir + std::string(name);
+  return dir + "/" + std::string(name);
+}
+
+}  // namespace
+
+bool natural_less(std::string_view a, std::string_view b) {
+  size_t i = 0, j = 0;
+  while (i < a.size() && j < b.size()) {
+    bool da = std::isdigit(static_cast<unsigned char>(a[i])), db = std::isdigit(static_cast<unsigned char>(b[j]));
+    if (da && db) {
+      size_t i2 = i, j2 = j;
+      while (i2 < a.size() && std::isdigit(static_cast<unsigned char>(a[i2]))) ++i2;
+      while (j2 < b.size() && std::isdigit(static_cast<unsigned char>(b[j2]))) ++j2;
+      std::string_view na = a.substr(i, i2 - i), nb = b.substr(j, j2 - j);
+      // compare numerically without overflow: strip leading zeros, then length, then digits
+      auto strip = [](std::string_view s) {
+        size_t k = 0;
+        while (k + 1 < s.size() && s[k] == '0') ++k;
+        return s.substr(k);
+      };
+      std::string_view sa = strip(na), sb = strip(nb);
+      if (sa.size() != sb.size()) return sa.size() < sb.size();
+      if (sa != sb) return sa < sb;
+      i = i2, j = j2;
+    } else if (da != db) {
+      return da;  // Python compares int < str would raise; digits first keeps it total
+    } else {
+      if (a[i] != b[j]) return a[i] < b[j];
+      ++i, ++j;
+    }
+  }
+  return a.size() - i < b.size() - j;
+}
+
+void natural_sort(std::vector<std::string>& paths) {
+  std::stable_sort(paths.begin(), paths.end(),
+                   [](const std::string& x, const std::string& y) { return natural_less(base_name(x), base_name(y)); });
+}
+
+Result<std::vector<std::string>> filter_duplicate_safetensors_files(const std::vector<std::string>& files,
+                                                                    const std::string& folder,
+                                                                    std::string_view index_name, Env* env) {
+  std::string index_path = join_path(folder, index_name);
+  if (!env->exists(index_path)) return files;
+  WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path, uint64_t{256} << 20));
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded() || !doc.is_object()) return Status::Corrupt("index is not a JSON object").with_file(index_path);
+  auto wm = doc.find("weight_map");
+  if (wm == doc.end() || !wm->is_object()) return Status::Corrupt("index has no weight_map object").with_file(index_path);
+  std::set<std::string> wanted;
+  for (auto& [name, f] : wm->items()) {
+    if (!f.is_string()) return Status::Corrupt(fmt::format("weight_map entry '{}' is not a string", name)).with_file(index_path);
+    const std::string& rel = f.get_ref<const std::string&>();
+    if (rel.empty() || rel.front() == '/' || rel.find("..") != std::string::npos)
+      return Status::Corrupt(fmt::format("weight_map entry '{}' names an unsafe path '{}'", name, rel))
+          .with_file(index_path);
+    wanted.insert(join_path(folder, rel));
+  }
+  for (auto& w : wanted)
+    if (!env->exists(w))
+      return Status::NotFound(fmt::format("index names {} which does not exist", base_name(w))).with_file(index_path);
+  std::vector<std::string> out;
+  for (auto& f : files)
+    if (wanted.count(f)) out.push_back(f);
+  return out;
+}
+
+std::vector<std::string> filter_files_not_needed_for_inference(const std::vector<std::string>& files) {
+  static const char* kBlack[] = {"training_args.bin", "optimizer.bin", "optimizer.pt", "scheduler.pt", "scaler.pt"};
+  std::vector<std::string> out;
+  for (auto& f : files) {
+    bool drop = false;
+    for (const char* b : kBlack) drop |= ends_with(f, b);
+    if (!drop) out.push_back(f);
+  }
+  return out;
+}
+
+Result<WeightFiles> find_weight_files(const std::string& path, Env* env) {
+  WeightFiles wf;
+  if (!env->is_directory(path)) {
+    if (!env->exists(path)) return Status::NotFound("no such file or directory").with_file(path);
+    wf.files = {path};
+    if (ends_with(path, ".bin") || ends_with(path, ".pt") || ends_with(path, ".pth")) wf.format = WeightFormat::kPytorch;
+    else if (ends_with(path, ".npy")) wf.format = WeightFormat::kNumpy;
+    return wf;
+  }
+  WL_ASSIGN_OR_RETURN(auto entries, env->list_dir(path));
+  const std::pair<std::string_view, WeightFormat> patterns[] = {
+      {".safetensors", WeightFormat::kSafetensors}, {".bin", WeightFormat::kPytorch}, {".pt", WeightFormat::kPytorch}};
+  for (auto& [ext, fmt_] : patterns) {
+    std::vector<std::string> hits;
+    for (auto& e : entries)
+      if (!e.is_dir && ends_with(e.name, ext)) hits.push_back(join_path(path, e.name));
+    if (hits.empty()) continue;
+    wf.format = fmt_;
+    if (fmt_ == WeightFormat::kSafetensors) {
+      WL_ASSIGN_OR_RETURN(hits, filter_duplicate_safetensors_files(hits, path, kSafetensorsIndexName, env));
+    }
+    hits = filter_files_not_needed_for_inference(hits);
+    if (hits.empty()) continue;
+    natural_sort(hits);
+    wf.files = std::move(hits);
+    return wf;
+  }
+  return Status::NotFound("no *.safetensors, *.bin or *.pt weight files in folder").with_file(path);
+}
+
+Result<std::vector<std::string>> resolve_weight_files(const std::string& path, Env* env) {
+  WL_ASSIGN_OR_RETURN(WeightFiles wf, find_weight_files(path, env));
+  return wf.files;
+}
+
+}  // namespace wl

@@ -1,0 +1,60 @@
+// weightlift ls PATH... [--format table|jsonl]
+#include <cstdio>
+#include <memory>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "command.h"
+#include "weightlift/safetensors.h"
+#include "weightlift/weight_files.h"
+
+namespace wl::cli {
+namespace {
+
+struct LsArgs {
+  std::vector<std::string> paths;
+  std::string format = "table";
+};
+
+int run_ls(const LsArgs& a) {
+  std::vector<std::string> files;
+  for (auto& p : a.paths) {
+    auto wf = find_weight_files(p);
+    if (!wf.ok()) return fail(wf.status());
+    if (wf->format != WeightFormat::kSafetensors)
+      return fail(Status::Unimplemented("only safetensors files are supported by this build").with_file(p));
+    files.insert(files.end(), wf->files.begin(), wf->files.end());
+  }
+  std::string out;
+  if (a.format == "table")
+    out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", "NAME", "DTYPE", "SHAPE", "FILE", "OFFSET", "BYTES");
+  for (auto& f : files) {
+    auto sf = SafetensorsFile::open(f, LoadMode::kLazy);
+    if (!sf.ok()) return fail(sf.status());
+    for (auto& t : (*sf)->tensors()) {
+      if (a.format == "jsonl") {
+        nlohmann::ordered_json j = {{"name", t.name},   {"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
+                                    {"file", f},        {"offset", t.offset},          {"bytes", t.nbytes}};
+        out += j.dump() + "\n";
+      } else {
+        out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", t.name, dtype_name(t.dtype),
+                           shape_to_string(t.shape), f, t.offset, t.nbytes);
+      }
+    }
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  return 0;
+}
+
+RunFn setup_ls(CLI::App& sub) {
+  auto a = std::make_shared<LsArgs>();
+  sub.add_option("paths", a->paths, "weight files or model folders")->required();
+  sub.add_option("--format", a->format, "output format")->check(CLI::IsMember({"table", "jsonl"}));
+  return [a] { return run_ls(*a); };
+}
+
+Register reg("ls", "List the tensors of weight files: name, dtype, shape, file, offset, bytes", setup_ls);
+
+}  // namespace
+}  // namespace wl::cli

@@ -1,0 +1,37 @@
+// The CLI's command registry: each tools/cmd_<name>.cpp registers itself, so
+// adding a command touches no other file.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "weightlift/status.h"
+
+namespace wl::cli {
+
+// Declares the command's options on `sub` and returns the function that runs
+// it (its exit code) once the command line has been parsed.
+using RunFn = std::function<int()>;
+using SetupFn = RunFn (*)(CLI::App& sub);
+
+struct Command {
+  std::string name;
+  std::string help;
+  SetupFn setup;
+};
+
+std::vector<Command>& registry();
+
+struct Register {
+  Register(const char* name, const char* help, SetupFn setup) { registry().push_back({name, help, setup}); }
+};
+
+// Prints "weightlift: error: <file>: <what is wrong>" to stderr; returns 1.
+int fail(const Status& s);
+// Usage errors: prints the message; returns 2.
+int usage_error(const std::string& message);
+
+}  // namespace wl::cli

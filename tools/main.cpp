@@ -1,0 +1,61 @@
+// weightlift: command-line entry point. Exit codes: 0 ok, 1 error, 2 usage.
+#include <cstdio>
+#include <map>
+
+#include "command.h"
+
+namespace wl::cli {
+
+std::vector<Command>& registry() {
+  static std::vector<Command> r;
+  return r;
+}
+
+int fail(const Status& s) {
+  std::fprintf(stderr, "weightlift: error: %s\n", s.to_string().c_str());
+  return 1;
+}
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "weightlift: error: %s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace wl::cli
+
+int main(int argc, char** argv) {
+  using namespace wl::cli;
+  CLI::App app{"weightlift: load model weights from anywhere into memory, fast and safely"};
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "weightlift 0.1.0");
+  std::map<CLI::App*, RunFn> runs;
+  auto cmds = registry();
+  std::sort(cmds.begin(), cmds.end(), [](const Command& a, const Command& b) { return a.name < b.name; });
+  for (auto& c : cmds) {
+    CLI::App* sub = app.add_subcommand(c.name, c.help);
+    runs[sub] = c.setup(*sub);
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "weightlift: error: %s\nRun with --help for usage.\n", e.what());
+    return 2;
+  }
+  for (auto& [sub, run] : runs) {
+    if (sub->parsed()) {
+      try {
+        return run();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "weightlift: error: internal: %s\n", e.what());
+        return 1;
+      }
+    }
+  }
+  return 2;
+}
