@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
-#include "weightlift/safetensors.h"
+#include "weightlift/checkpoint.h"
 #include "weightlift/weight_files.h"
 
 namespace wl::cli {
@@ -22,24 +22,22 @@ int run_ls(const LsArgs& a) {
   for (auto& p : a.paths) {
     auto wf = find_weight_files(p);
     if (!wf.ok()) return fail(wf.status());
-    if (wf->format != WeightFormat::kSafetensors)
-      return fail(Status::Unimplemented("only safetensors files are supported by this build").with_file(p));
     files.insert(files.end(), wf->files.begin(), wf->files.end());
   }
   std::string out;
   if (a.format == "table")
     out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", "NAME", "DTYPE", "SHAPE", "FILE", "OFFSET", "BYTES");
   for (auto& f : files) {
-    auto sf = SafetensorsFile::open(f, LoadMode::kLazy);
-    if (!sf.ok()) return fail(sf.status());
-    for (auto& t : (*sf)->tensors()) {
+    auto ck = open_checkpoint(f);
+    if (!ck.ok()) return fail(ck.status());
+    for (auto& t : (*ck)->tensors()) {
       if (a.format == "jsonl") {
         nlohmann::ordered_json j = {{"name", t.name},   {"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
-                                    {"file", f},        {"offset", t.offset},          {"bytes", t.nbytes}};
+                                    {"file", f},        {"offset", t.file_offset ? nlohmann::ordered_json(*t.file_offset) : nlohmann::ordered_json()},          {"bytes", t.nbytes}};
         out += j.dump() + "\n";
       } else {
         out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", t.name, dtype_name(t.dtype),
-                           shape_to_string(t.shape), f, t.offset, t.nbytes);
+                           shape_to_string(t.shape), f, t.file_offset ? std::to_string(*t.file_offset) : "-", t.nbytes);
       }
     }
   }
