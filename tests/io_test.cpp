@@ -1,0 +1,174 @@
+// The I/O seam: full reads in every mode, ranges, O_DIRECT alignment, atomic writes.
+#include <gtest/gtest.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+
+#include "test_util.h"
+#include "weightlift/io.h"
+#include "weightlift/tensor.h"
+
+namespace wl {
+namespace {
+
+using testing::TempDir;
+
+std::string pattern(size_t n) {
+  std::string s(n, '\0');
+  std::mt19937_64 rng(1);
+  for (auto& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+TEST(RandomAccessFile, EveryModeReadsExactlyTheRequestedBytes) {
+  TempDir dir;
+  // A size that is not a multiple of the O_DIRECT block, so the tail path runs.
+  const std::string data = pattern((3 << 20) + 12345);
+  std::string path = dir.file("f.bin");
+  testing::write_bytes(path, data);
+  std::mt19937_64 rng(9);
+  for (FileMode mode : {FileMode::kMmap, FileMode::kPread, FileMode::kDirect}) {
+    auto f = Env::Default()->open(path, {.mode = mode});
+    ASSERT_TRUE(f.ok()) << f.status().to_string();
+    EXPECT_EQ((*f)->size(), data.size());
+    for (int i = 0; i < 200; ++i) {
+      uint64_t off = rng() % data.size();
+      uint64_t n = rng() % std::min<uint64_t>(data.size() - off, i % 10 == 0 ? (2 << 20) : 10000);
+      // Unaligned destinations too.
+      auto buf = Buffer::allocate(n + 4096 + 1, 4096);
+      ASSERT_TRUE(buf.ok());
+      size_t skew = (i % 3 == 0) ? 0 : (i % 3 == 1 ? 1 : 512);
+      std::span<std::byte> dst(buf->data() + skew, n);
+      ASSERT_TRUE((*f)->read_at(off, dst).ok());
+      ASSERT_EQ(0, std::memcmp(dst.data(), data.data() + off, n)) << "mode " << int(mode) << " off " << off;
+    }
+    // Whole file, aligned.
+    auto all = Buffer::allocate(data.size(), 4096);
+    ASSERT_TRUE((*f)->read_at(0, all->span()).ok());
+    EXPECT_EQ(0, std::memcmp(all->data(), data.data(), data.size()));
+  }
+}
+
+TEST(RandomAccessFile, ReadsPastTheEndAreOutOfRange) {
+  TempDir dir;
+  std::string path = dir.file("f.bin");
+  testing::write_bytes(path, "0123456789");
+  for (FileMode mode : {FileMode::kMmap, FileMode::kPread, FileMode::kDirect}) {
+    auto f = Env::Default()->open(path, {.mode = mode});
+    ASSERT_TRUE(f.ok());
+    std::byte b[8];
+    auto s = (*f)->read_at(5, b);
+    EXPECT_EQ(s.code(), Code::kOutOfRange);
+    EXPECT_EQ(s.file(), path);
+    EXPECT_EQ((*f)->read_at(UINT64_MAX - 2, b).code(), Code::kOutOfRange);  // offset + n overflows
+    EXPECT_TRUE((*f)->read_at(2, b).ok());
+  }
+}
+
+TEST(RandomAccessFile, MmapViewsAreZeroCopyAndOthersAreNot) {
+  TempDir dir;
+  std::string path = dir.file("f.bin");
+  testing::write_bytes(path, "abcdef");
+  auto m = Env::Default()->open(path, {.mode = FileMode::kMmap});
+  auto v = (*m)->view(2, 3);
+  ASSERT_TRUE(v.ok());
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(v->data()), 3), "cde");
+  EXPECT_EQ((*m)->view(4, 3).status().code(), Code::kOutOfRange);
+  auto p = Env::Default()->open(path, {.mode = FileMode::kPread});
+  EXPECT_EQ((*p)->view(0, 1).status().code(), Code::kUnimplemented);
+  (*m)->advise(0, 6, Advice::kWillNeed);  // hints never fail
+}
+
+TEST(RandomAccessFile, ShrinkingAFileGivesAnErrorNotACrash) {
+  TempDir dir;
+  std::string path = dir.file("f.bin");
+  testing::write_bytes(path, pattern(100000));
+  auto f = Env::Default()->open(path, {.mode = FileMode::kMmap});
+  ASSERT_TRUE(f.ok());
+  ASSERT_EQ(::truncate(path.c_str(), 1000), 0);
+  std::vector<std::byte> buf(50000);
+  auto s = (*f)->read_at(10000, buf);  // read_at uses pread, so no SIGBUS
+  EXPECT_EQ(s.code(), Code::kOutOfRange);
+  EXPECT_NE(s.message().find("unexpected end of file"), std::string::npos);
+}
+
+TEST(Env, OpenErrorsNameTheFile) {
+  auto f = Env::Default()->open("/no/such/file");
+  EXPECT_EQ(f.status().code(), Code::kNotFound);
+  EXPECT_EQ(f.status().file(), "/no/such/file");
+  TempDir dir;
+  auto d = Env::Default()->open(dir.path());
+  EXPECT_EQ(d.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(d.status().message().find("directory"), std::string::npos);
+  testing::write_bytes(dir.file("b"), "x");
+  testing::write_bytes(dir.file("a"), "y");
+  auto ls = Env::Default()->list_dir(dir.path());
+  ASSERT_TRUE(ls.ok());
+  ASSERT_EQ(ls->size(), 2u);
+  EXPECT_EQ((*ls)[0].name, "a");
+  EXPECT_EQ(Env::Default()->list_dir("/no/such").status().code(), Code::kNotFound);
+}
+
+TEST(AtomicFile, CommitReplacesAndAbandonLeavesOriginal) {
+  TempDir dir;
+  std::string path = dir.file("out");
+  testing::write_bytes(path, "original");
+  {
+    auto f = AtomicFile::create(path);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(f->append(std::string_view("partial")).ok());
+    // destroyed without commit: as if the writer failed
+  }
+  EXPECT_EQ(testing::read_bytes(path), "original");
+  EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"out"});
+  {
+    auto f = AtomicFile::create(path, 0644);
+    ASSERT_TRUE(f.ok());
+    ASSERT_TRUE(f->resize(10).ok());
+    ASSERT_TRUE(f->write_at(5, std::as_bytes(std::span("world", 5))).ok());
+    ASSERT_TRUE(f->write_at(0, std::as_bytes(std::span("hello", 5))).ok());
+    ASSERT_TRUE(f->commit().ok());
+    EXPECT_FALSE(f->commit().ok());
+  }
+  EXPECT_EQ(testing::read_bytes(path), "helloworld");
+  struct stat st {};
+  ASSERT_EQ(::stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0600, 0600u);
+  EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"out"});
+}
+
+TEST(AtomicFile, CreateInMissingDirectoryFails) {
+  auto f = AtomicFile::create("/no/such/dir/out");
+  EXPECT_EQ(f.status().code(), Code::kNotFound);
+  EXPECT_EQ(f.status().file(), "/no/such/dir/out");
+}
+
+TEST(AtomicFile, FullDiskIsAnIoErrorAndLeavesNothing) {
+  // /dev/full returns ENOSPC on every write; we cannot create temporaries in
+  // /dev, so write through a helper file in a temp dir and swap the fd.
+  TempDir dir;
+  std::string path = dir.file("out");
+  auto f = AtomicFile::create(path);
+  ASSERT_TRUE(f.ok());
+  int full = ::open("/dev/full", O_WRONLY);
+  if (full < 0) GTEST_SKIP() << "/dev/full not available";
+  ASSERT_GE(::dup2(full, f->fd()), 0);
+  ::close(full);
+  auto s = f->append(std::string_view("data"));
+  EXPECT_EQ(s.code(), Code::kIoError);
+  EXPECT_NE(s.message().find("No space"), std::string::npos);
+  EXPECT_EQ(s.file(), path);
+}
+
+TEST(ReadFileToString, EnforcesTheLimit) {
+  TempDir dir;
+  testing::write_bytes(dir.file("f"), "0123456789");
+  EXPECT_EQ(*read_file_to_string(dir.file("f")), "0123456789");
+  EXPECT_EQ(read_file_to_string(dir.file("f"), 5).status().code(), Code::kOutOfRange);
+}
+
+}  // namespace
+}  // namespace wl
