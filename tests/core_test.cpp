@@ -114,3 +114,23 @@ TEST(Sha256, KnownVectors) {
 
 }  // namespace
 }  // namespace wl
+
+namespace wl {
+namespace {
+TEST(Buffer, OddHugeSizesMapAndUnmapCleanly) {
+  // Sizes just past a 2 MiB multiple once unmapped far more than they owned.
+  for (size_t size : {size_t{2} << 20, (size_t{2} << 20) + 1, (size_t{6} << 20) + 4097, (size_t{8} << 20) - 1}) {
+    for (int i = 0; i < 4; ++i) {
+      auto b = Buffer::allocate(size, 4096);
+      ASSERT_TRUE(b.ok());
+      b->data()[0] = std::byte{1};
+      b->data()[size - 1] = std::byte{2};
+    }
+  }
+  auto keep = Buffer::allocate(1 << 20);
+  keep->data()[0] = std::byte{3};
+  for (int i = 0; i < 8; ++i) (void)Buffer::allocate((size_t{2} << 20) + 4096 * i + 1);
+  EXPECT_EQ(keep->data()[0], std::byte{3});
+}
+}  // namespace
+}  // namespace wl

@@ -55,8 +55,11 @@ Result<Buffer> Buffer::allocate(size_t size, size_t alignment) {
   b.size_ = size;
   if (size == 0) return b;
   if (size >= kHugeThreshold && alignment <= kHugePage) {
-    uint64_t len = 0;
-    if (!checked_add(size, kHugePage, &len)) return Status::OutOfRange(fmt::format("cannot allocate {} bytes", size));
+    // Map body + one huge page, then trim to a 2 MiB-aligned body.
+    uint64_t body = 0, len = 0;
+    if (!checked_add(size, kHugePage - 1, &body) || !checked_add(body & ~(kHugePage - 1), kHugePage, &len))
+      return Status::OutOfRange(fmt::format("cannot allocate {} bytes", size));
+    body &= ~(kHugePage - 1);
     void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return Status::OutOfRange(fmt::format("cannot allocate {} bytes: {}", size, std::strerror(errno)));
     // Trim to a 2 MiB-aligned start so huge pages can back it.
@@ -64,7 +67,6 @@ Result<Buffer> Buffer::allocate(size_t size, size_t alignment) {
     uintptr_t aligned = (addr + kHugePage - 1) & ~(kHugePage - 1);
     size_t head = aligned - addr;
     if (head) ::munmap(p, head);
-    size_t body = (size + kHugePage - 1) & ~(kHugePage - 1);
     size_t tail = len - head - body;
     if (tail) ::munmap(reinterpret_cast<void*>(aligned + body), tail);
     ::madvise(reinterpret_cast<void*>(aligned), body, MADV_HUGEPAGE);
