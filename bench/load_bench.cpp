@@ -97,6 +97,21 @@ void BM_Limit_Memcpy(benchmark::State& state) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n));
 }
 
+// Copying into memory that was never touched (what a loader must do): the
+// cost of faulting in fresh pages is part of this figure.
+void BM_Limit_MemcpyFresh(benchmark::State& state) {
+  const size_t n = size_t{256} << 20;
+  auto src = *wl::Buffer::allocate(n, 4096);
+  std::memset(src.data(), 1, n);
+  for (auto _ : state) {
+    auto dst = *wl::Buffer::allocate(n, 4096);
+    std::memcpy(dst.data(), src.data(), n);
+    benchmark::DoNotOptimize(dst.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n));
+}
+
 // The machine's cold-read limit: O_DIRECT sequential reads of the checkpoint, 16 MiB blocks.
 void BM_Limit_DirectRead(benchmark::State& state) {
   const size_t block = size_t{16} << 20;
@@ -149,6 +164,7 @@ void BM_Load(benchmark::State& state, wl::Strategy strategy, bool cold) {
 }
 
 BENCHMARK(BM_Limit_Memcpy)->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_Limit_MemcpyFresh)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_Limit_DirectRead)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Load, lazy_hot, wl::Strategy::kLazy, false)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
 BENCHMARK_CAPTURE(BM_Load, eager_hot, wl::Strategy::kEager, false)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();

@@ -23,6 +23,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -94,6 +95,7 @@ class SafetensorsFile {
   std::shared_ptr<RandomAccessFile> file_;
   std::shared_ptr<Buffer> eager_;  // kEager: the whole file
   SafetensorsHeader header_;
+  std::unordered_map<std::string_view, size_t> by_name_;  // into header_.tensors
 };
 
 // One tensor to write: a name and its bytes (contiguous, row-major).

@@ -174,6 +174,8 @@ Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(std::shared_ptr<R
   } else {
     WL_ASSIGN_OR_RETURN(sf->header_, read_safetensors_header(*sf->file_));
   }
+  sf->by_name_.reserve(sf->header_.tensors.size());
+  for (size_t i = 0; i < sf->header_.tensors.size(); ++i) sf->by_name_.emplace(sf->header_.tensors[i].name, i);
   return sf;
 }
 
@@ -186,9 +188,8 @@ std::vector<std::string> SafetensorsFile::names() const {
 }
 
 const TensorInfo* SafetensorsFile::find(std::string_view name) const {
-  for (auto& t : header_.tensors)
-    if (t.name == name) return &t;
-  return nullptr;
+  auto it = by_name_.find(name);
+  return it == by_name_.end() ? nullptr : &header_.tensors[it->second];
 }
 
 Result<TensorView> SafetensorsFile::get(std::string_view name) const {
