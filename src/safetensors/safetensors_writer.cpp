@@ -102,7 +102,7 @@ Result<std::string> serialize_safetensors(std::span<const NamedTensor> tensors,
   out.reserve(L.total_size);
   for (size_t idx : L.order) {
     auto b = tensors[idx].view.bytes();
-    out.append(reinterpret_cast<const char*>(b.data()), b.size());
+    if (!b.empty()) out.append(reinterpret_cast<const char*>(b.data()), b.size());
   }
   return out;
 }
