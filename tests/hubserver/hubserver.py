@@ -486,6 +486,16 @@ class HubServer:
             self.state.bytes, self.state.gets, self.state.cdn_auth, self.state.requests = {}, {}, [], []
 
 
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", required=True)
@@ -493,6 +503,7 @@ def main():
     ap.add_argument("--token")
     ap.add_argument("--page-size", type=int, default=50)
     ap.add_argument("--rate", type=int, default=0, help="bytes/s per connection")
+    ap.add_argument("--parent-pid", type=int, default=0, help="exit when this process is gone")
     args = ap.parse_args()
     srv = HubServer(args.root, args.token, args.page_size)
     srv.set_rate(args.rate)
@@ -506,7 +517,7 @@ def main():
     os.replace(tmp, args.port_file)
     # Bounded wait: a test server never outlives an hour even if orphaned.
     deadline = time.monotonic() + 3600
-    while not stop.is_set() and time.monotonic() < deadline and os.getppid() != 1:
+    while not stop.is_set() and time.monotonic() < deadline and (not args.parent_pid or _alive(args.parent_pid)):
         stop.wait(0.5)
     srv.stop()
 

@@ -1,0 +1,286 @@
+// Hub settings, names, patterns, the per-model lock.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+
+#include "hub/hub_internal.h"
+#include "weightlift/hash.h"
+#include "weightlift/io.h"
+
+namespace wl {
+namespace {
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v && *v ? std::string(v) : fallback;
+}
+
+bool truthy(const char* name) {
+  const char* v = std::getenv(name);
+  if (!v) return false;
+  std::string s(v);
+  for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s == "1" || s == "on" || s == "yes" || s == "true";
+}
+
+std::string home() { return env_or("HOME", "/root"); }
+
+std::string hf_home() {
+  std::string xdg = env_or("XDG_CACHE_HOME", home() + "/.cache");
+  return env_or("HF_HOME", xdg + "/huggingface");
+}
+
+std::string trim(std::string s) {
+  while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
+  size_t a = 0;
+  while (a < s.size() && std::isspace(static_cast<unsigned char>(s[a]))) ++a;
+  return s.substr(a);
+}
+
+}  // namespace
+
+std::string hub_endpoint(const HubOptions& o) {
+  std::string e = o.endpoint.empty() ? env_or("HF_ENDPOINT", "https://huggingface.co") : o.endpoint;
+  while (!e.empty() && e.back() == '/') e.pop_back();
+  return e;
+}
+
+std::string hub_cache_dir(const HubOptions& o) {
+  if (!o.cache_dir.empty()) return o.cache_dir;
+  return env_or("HF_HUB_CACHE", env_or("HUGGINGFACE_HUB_CACHE", hf_home() + "/hub"));
+}
+
+std::optional<std::string> hub_token(const HubOptions& o) {
+  if (o.token) {
+    if (o.token->empty()) return std::nullopt;
+    return o.token;
+  }
+  std::string t = env_or("HF_TOKEN", env_or("HUGGING_FACE_HUB_TOKEN", ""));
+  if (t.empty()) {
+    auto f = read_file_to_string(env_or("HF_TOKEN_PATH", hf_home() + "/token"), 1 << 16);
+    if (f.ok()) t = trim(*f);
+  }
+  t = trim(t);
+  if (t.empty()) return std::nullopt;
+  return t;
+}
+
+bool hub_offline(const HubOptions& o) {
+  if (o.offline) return *o.offline;
+  return truthy("HF_HUB_OFFLINE") || truthy("TRANSFORMERS_OFFLINE");
+}
+
+bool use_modelscope() { return truthy("VLLM_USE_MODELSCOPE"); }
+
+std::string repo_folder_name(const std::string& repo_id, const std::string& repo_type) {
+  std::string out = repo_type + "s";
+  size_t start = 0;
+  for (;;) {
+    size_t slash = repo_id.find('/', start);
+    out += "--" + repo_id.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+namespace {
+// Python's fnmatch.translate semantics, matched by backtracking.
+bool match_at(const std::string& s, size_t si, const std::string& p, size_t pi) {
+  while (pi < p.size()) {
+    char c = p[pi];
+    if (c == '*') {
+      while (pi < p.size() && p[pi] == '*') ++pi;
+      if (pi == p.size()) return true;
+      for (size_t k = si; k <= s.size(); ++k)
+        if (match_at(s, k, p, pi)) return true;
+      return false;
+    }
+    if (si >= s.size()) return false;
+    if (c == '?') {
+      ++si, ++pi;
+      continue;
+    }
+    if (c == '[') {
+      size_t j = pi + 1;
+      if (j < p.size() && p[j] == '!') ++j;
+      if (j < p.size() && p[j] == ']') ++j;
+      while (j < p.size() && p[j] != ']') ++j;
+      if (j >= p.size()) {  // no closing bracket: a literal '['
+        if (s[si] != '[') return false;
+        ++si, ++pi;
+        continue;
+      }
+      size_t k = pi + 1;
+      bool negate = false;
+      if (p[k] == '!') negate = true, ++k;
+      bool found = false;
+      while (k < j) {
+        char lo = p[k];
+        if (k + 2 < j && p[k + 1] == '-') {
+          if (s[si] >= lo && s[si] <= p[k + 2]) found = true;
+          k += 3;
+        } else {
+          if (s[si] == lo) found = true;
+          ++k;
+        }
+      }
+      if (found == negate) return false;
+      ++si;
+      pi = j + 1;
+      continue;
+    }
+    if (s[si] != c) return false;
+    ++si, ++pi;
+  }
+  return si == s.size();
+}
+}  // namespace
+
+bool fnmatch(const std::string& name, const std::string& pattern) { return match_at(name, 0, pattern, 0); }
+
+std::vector<std::string> filter_repo_files(const std::vector<std::string>& files, const std::vector<std::string>& allow,
+                                           const std::vector<std::string>& ignore) {
+  auto widen = [](std::vector<std::string> ps) {
+    for (auto& p : ps)
+      if (!p.empty() && p.back() == '/') p += "*";
+    return ps;
+  };
+  auto a = widen(allow), ig = widen(ignore);
+  std::vector<std::string> out;
+  for (const auto& f : files) {
+    bool ok = a.empty();
+    for (const auto& p : a) ok = ok || fnmatch(f, p);
+    for (const auto& p : ig) ok = ok && !fnmatch(f, p);
+    if (ok) out.push_back(f);
+  }
+  return out;
+}
+
+Status check_repo_path(const std::string& name) {
+  auto bad = [&](const char* why) {
+    return Status::InvalidArgument("refusing repository file name '" + name + "': " + why);
+  };
+  if (name.empty()) return bad("empty");
+  if (name.front() == '/') return bad("absolute path");
+  if (name.find('\\') != std::string::npos) return bad("backslash");
+  if (name.find('\0') != std::string::npos) return bad("NUL byte");
+  size_t start = 0;
+  for (;;) {
+    size_t slash = name.find('/', start);
+    std::string part = name.substr(start, slash == std::string::npos ? std::string::npos : slash - start);
+    if (part.empty() || part == "." || part == "..") return bad("'.', '..' or empty path component (path traversal)");
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return Status::Ok();
+}
+
+Status check_repo_id(const std::string& repo_id) {
+  auto bad = [&](const char* why) { return Status::InvalidArgument("invalid repository id '" + repo_id + "': " + why); };
+  if (repo_id.empty() || repo_id.size() > 96) return bad("empty or longer than 96 characters");
+  int slashes = 0;
+  for (char c : repo_id) {
+    if (c == '/') {
+      ++slashes;
+      continue;
+    }
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.'))
+      return bad("only letters, digits, '-', '_', '.' and one '/' are allowed");
+  }
+  if (slashes > 1) return bad("more than one '/'");
+  if (repo_id.find("--") != std::string::npos || repo_id.find("..") != std::string::npos)
+    return bad("'--' and '..' are forbidden");
+  if (repo_id.front() == '/' || repo_id.back() == '/' || repo_id.front() == '.' || repo_id.front() == '-')
+    return bad("must not start or end with '/', or start with '.' or '-'");
+  return Status::Ok();
+}
+
+Status check_revision(const std::string& rev) {
+  if (rev.empty()) return Status::InvalidArgument("empty revision");
+  Status s = check_repo_path(rev);
+  if (!s.ok()) return Status::InvalidArgument("invalid revision '" + rev + "': would escape refs/");
+  return Status::Ok();
+}
+
+bool is_commit_hash(const std::string& s) {
+  if (s.size() != 40) return false;
+  for (char c : s)
+    if (!std::isxdigit(static_cast<unsigned char>(c)) || std::isupper(static_cast<unsigned char>(c))) return false;
+  return true;
+}
+
+bool is_safe_etag(const std::string& s) {
+  if (s.empty() || s.size() > 128) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_')) return false;
+  return true;
+}
+
+// ---- per-model lock --------------------------------------------------------
+
+std::string model_lock_path(const std::string& model_name_or_path, const std::string& cache_dir) {
+  std::string dir = cache_dir.empty() ? env_or("TMPDIR", "/tmp") : cache_dir;
+  std::string name = model_name_or_path;
+  for (auto& c : name)
+    if (c == '/') c = '-';
+  return dir + "/" + sha256_hex(name) + name + ".lock";
+}
+
+Result<ModelLock> ModelLock::acquire(const std::string& model_name_or_path, const std::string& cache_dir) {
+  std::string path = model_lock_path(model_name_or_path, cache_dir);
+  WL_RETURN_IF_ERROR(make_dirs(path.substr(0, path.rfind('/'))));
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
+  if (fd < 0) return Status::FromErrno(errno, "cannot open model lock").with_file(path);
+  ::fchmod(fd, 0666);  // shared by all users (the umask would narrow it); failure is harmless
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    int e = errno;
+    ::close(fd);
+    return Status::FromErrno(e, "cannot lock").with_file(path);
+  }
+  return ModelLock(fd, path);
+}
+
+ModelLock::~ModelLock() {
+  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
+}
+
+Status make_dirs(const std::string& path) {
+  if (path.empty()) return Status::Ok();
+  std::string cur;
+  size_t start = 0;
+  if (path.front() == '/') cur = "", start = 1;
+  for (;;) {
+    size_t slash = path.find('/', start);
+    cur = path.substr(0, slash);
+    if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+      return Status::FromErrno(errno, "cannot create directory").with_file(cur);
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return Status::Ok();
+}
+
+Result<FileLock> FileLock::acquire(const std::string& path) {
+  WL_RETURN_IF_ERROR(make_dirs(path.substr(0, path.rfind('/'))));
+  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return Status::FromErrno(errno, "cannot open lock file").with_file(path);
+  while (::flock(fd, LOCK_EX) != 0) {
+    if (errno == EINTR) continue;
+    int e = errno;
+    ::close(fd);
+    return Status::FromErrno(e, "cannot lock").with_file(path);
+  }
+  return FileLock(fd);
+}
+
+FileLock::~FileLock() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+}  // namespace wl

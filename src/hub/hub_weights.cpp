@@ -1,0 +1,245 @@
+// vLLM's weight-selection logic on top of the Hub, resolve_model_path, ModelScope.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "hub/hub_internal.h"
+#include "weightlift/hash.h"
+#include "weightlift/io.h"
+#include "weightlift/weight_files.h"
+
+namespace wl {
+namespace {
+
+using json = nlohmann::json;
+
+void log_line(const HubOptions& o, const std::string& s) {
+  if (o.log) o.log(s);
+}
+
+// Files under `folder` (relative names, recursive, following snapshot symlinks).
+void walk(Env* env, const std::string& folder, const std::string& rel, std::vector<std::string>& out, int depth = 0) {
+  if (depth > 32) return;
+  auto entries = env->list_dir(folder + (rel.empty() ? "" : "/" + rel));
+  if (!entries.ok()) return;
+  for (const auto& e : *entries) {
+    std::string r = rel.empty() ? e.name : rel + "/" + e.name;
+    if (env->is_directory(folder + "/" + r)) walk(env, folder, r, out, depth + 1);
+    else out.push_back(r);
+  }
+}
+
+}  // namespace
+
+Result<std::string> download_weights_from_hf(const std::string& model, const std::vector<std::string>& allow_patterns,
+                                             const std::string& revision, const std::vector<std::string>& ignore_patterns,
+                                             const HubOptions& o, const std::string& subfolder) {
+  if (allow_patterns.empty()) return Status::InvalidArgument("download_weights_from_hf: no allow patterns");
+  if (use_modelscope()) {
+    HubOptions ms = o;
+    ms.cache_dir = o.cache_dir;
+    WL_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::acquire(model, o.cache_dir));
+    if (Env::Default()->exists(model)) return model;
+    SnapshotOptions s;
+    s.revision = revision == "main" ? "master" : revision;
+    s.allow_patterns = allow_patterns;
+    s.ignore_patterns = ignore_patterns;
+    return modelscope_snapshot_download(model, s, ms);
+  }
+  // Each group is one snapshot_download call (vLLM's allow_patterns list).
+  std::vector<std::vector<std::string>> groups;
+  for (const auto& p : allow_patterns) groups.push_back({p});
+  if (!hub_offline(o)) {
+    auto tree = list_repo_tree(model, revision, subfolder, /*recursive=*/false, o);
+    if (!tree.ok()) {
+      log_line(o, "cannot list the files of " + model + " (" + tree.status().to_string() +
+                      "); trying each allow pattern in turn");
+    } else {
+      std::vector<std::string> names;
+      for (const auto& e : *tree) names.push_back(e.path);
+      const std::string index = (subfolder.empty() ? "" : subfolder + "/") + std::string(kSafetensorsIndexName);
+      bool has_index = std::find(names.begin(), names.end(), index) != names.end();
+      bool wants_st = std::find(allow_patterns.begin(), allow_patterns.end(), "*.safetensors") != allow_patterns.end();
+      if (wants_st && has_index) {
+        WL_ASSIGN_OR_RETURN(std::string index_path,
+                            hf_hub_download(model, std::string(kSafetensorsIndexName), revision, o, subfolder));
+        WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path, 256ull << 20));
+        std::set<std::string> wanted;
+        try {
+          json j = json::parse(text);
+          for (const auto& [k, v] : j.at("weight_map").items())
+            if (v.is_string()) wanted.insert(v.get<std::string>());
+        } catch (const std::exception& e) {
+          return Status::Corrupt(std::string("malformed safetensors index: ") + e.what()).with_file(index_path);
+        }
+        groups.clear();
+        if (wanted.empty()) {
+          groups.push_back({"*.safetensors"});
+        } else {
+          std::vector<std::string> g;
+          for (const auto& f : wanted) {
+            WL_RETURN_IF_ERROR(check_repo_path(f));
+            // exact names: escape the fnmatch metacharacters
+            std::string esc;
+            for (char ch : f) {
+              if (ch == '*' || ch == '?' || ch == '[') esc += std::string("[") + ch + "]";
+              else esc += ch;
+            }
+            g.push_back(subfolder.empty() ? esc : subfolder + "/" + esc);
+          }
+          groups.push_back(std::move(g));
+        }
+      } else {
+        for (const auto& p : allow_patterns) {
+          if (!filter_repo_files(names, {p}, {}).empty()) {
+            groups = {{p}};
+            break;
+          }
+        }
+      }
+    }
+  }
+  WL_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::acquire(model, o.cache_dir));
+  std::string folder;
+  for (const auto& g : groups) {
+    SnapshotOptions s;
+    s.revision = revision;
+    s.allow_patterns = g;
+    s.ignore_patterns = ignore_patterns;
+    WL_ASSIGN_OR_RETURN(folder, snapshot_download(model, s, o));
+    std::vector<std::string> have;
+    walk(Env::Default(), folder, "", have);
+    if (g.size() > 1 || !filter_repo_files(have, g, {}).empty()) break;
+  }
+  return folder;
+}
+
+Status download_safetensors_index_file_from_hf(const std::string& model, const std::string& index_file,
+                                               const std::string& revision, const HubOptions& o,
+                                               const std::string& subfolder) {
+  WL_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::acquire(model, o.cache_dir));
+  auto r = hf_hub_download(model, index_file, revision, o, subfolder);
+  if (r.ok()) return Status::Ok();
+  if (r.status().code() == Code::kNotFound) {
+    log_line(o, "no " + index_file + " for " + model + " (" + r.status().message() + ")");
+    return Status::Ok();
+  }
+  return r.status();
+}
+
+Result<std::string> resolve_model_path(const std::string& path_or_repo, const std::string& revision, const HubOptions& o) {
+  if (Env::Default()->exists(path_or_repo)) return path_or_repo;
+  if (path_or_repo.empty() || path_or_repo.front() == '/' || path_or_repo.front() == '.')
+    return Status::NotFound("no such file or folder").with_file(path_or_repo);
+  Status id = check_repo_id(path_or_repo);
+  if (!id.ok()) return Status::NotFound("no such file or folder, and not a repository id: " + id.message()).with_file(path_or_repo);
+  WL_ASSIGN_OR_RETURN(std::string folder,
+                      download_weights_from_hf(path_or_repo, {"*.safetensors", "*.bin", "*.pt"}, revision, {}, o));
+  if (use_modelscope()) return folder;
+  WL_RETURN_IF_ERROR(download_safetensors_index_file_from_hf(path_or_repo, std::string(kSafetensorsIndexName), revision, o));
+  // Configs ride along (small); a failure here does not hide the weights.
+  SnapshotOptions s;
+  s.revision = revision;
+  s.allow_patterns = {"*.json"};
+  auto cfg = snapshot_download(path_or_repo, s, o);
+  if (!cfg.ok()) log_line(o, "could not fetch the JSON configs of " + path_or_repo + ": " + cfg.status().to_string());
+  return folder;
+}
+
+// ---- ModelScope ------------------------------------------------------------------
+
+Result<std::string> modelscope_snapshot_download(const std::string& model_id, const SnapshotOptions& s,
+                                                 const HubOptions& o) {
+  WL_RETURN_IF_ERROR(check_repo_id(model_id));
+  if (model_id.find('/') == std::string::npos)
+    return Status::InvalidArgument("ModelScope model ids are 'owner/name': '" + model_id + "'");
+  const char* home = std::getenv("HOME");
+  const char* ms_cache = std::getenv("MODELSCOPE_CACHE");
+  std::string cache = !o.cache_dir.empty() ? o.cache_dir
+                      : (ms_cache && *ms_cache) ? std::string(ms_cache) + "/hub"
+                                                : std::string(home ? home : "/root") + "/.cache/modelscope/hub";
+  const std::string folder = cache + "/models/" + model_id;
+  const std::string revision = s.revision.empty() ? "master" : s.revision;
+  bool offline = hub_offline(o);
+  if (offline) {
+    if (Env::Default()->is_directory(folder)) return folder;
+    return Status::NotFound("ModelScope model " + model_id + " is not in the local cache and offline mode is on")
+        .with_file(folder);
+  }
+  const char* dom = std::getenv("MODELSCOPE_DOMAIN");
+  std::string endpoint = !o.endpoint.empty() ? o.endpoint : (dom && *dom) ? std::string(dom) : "https://www.modelscope.cn";
+  if (endpoint.find("://") == std::string::npos) endpoint = "https://" + endpoint;
+  while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
+  HttpClient http(o.http);
+  std::vector<std::pair<std::string, std::string>> headers;
+  auto token = std::getenv("MODELSCOPE_API_TOKEN");
+  if (token && *token) headers.emplace_back("Authorization", std::string("Bearer ") + token);
+  const std::string base = endpoint + "/api/v1/models/" + model_id;
+  HttpRequest req;
+  req.url = base + "/repo/files?Revision=" + url_quote(revision, false) + "&Recursive=True";
+  req.headers = headers;
+  WL_ASSIGN_OR_RETURN(HttpResponse r, http.request(req));
+  if (r.status != 200) {
+    if (r.status == 404) return Status::NotFound("ModelScope model or revision not found: " + req.url);
+    return status_from_response(r, req.url);
+  }
+  struct MsFile {
+    std::string path, sha256;
+    uint64_t size;
+  };
+  std::vector<MsFile> files;
+  try {
+    json j = json::parse(r.body);
+    if (j.value("Code", 0) != 200) return Status::NotFound("ModelScope error for " + model_id + ": " + j.value("Message", ""));
+    for (const auto& f : j.at("Data").at("Files")) {
+      if (f.value("Type", "blob") == "tree") continue;
+      files.push_back({f.at("Path").get<std::string>(), f.value("Sha256", ""), f.value("Size", uint64_t{0})});
+    }
+  } catch (const std::exception& e) {
+    return Status::Corrupt(std::string("unexpected ModelScope file list (") + e.what() + ") from " + req.url);
+  }
+  std::vector<std::string> names;
+  for (const auto& f : files) {
+    WL_RETURN_IF_ERROR(check_repo_path(f.path));
+    names.push_back(f.path);
+  }
+  auto keep = filter_repo_files(names, s.allow_patterns, s.ignore_patterns);
+  std::set<std::string> keep_set(keep.begin(), keep.end());
+  WL_RETURN_IF_ERROR(make_dirs(folder));
+  for (const auto& f : files) {
+    if (!keep_set.count(f.path)) continue;
+    const std::string dest = folder + "/" + f.path;
+    if (Env::Default()->exists(dest)) {
+      auto sz = Env::Default()->file_size(dest);
+      if (sz.ok() && *sz == f.size) continue;
+    }
+    WL_RETURN_IF_ERROR(make_dirs(dest.substr(0, dest.rfind('/'))));
+    WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(dest));
+    Sha256 h;
+    HttpRequest g;
+    g.url = base + "/repo?Revision=" + url_quote(revision, false) + "&FilePath=" + url_quote(f.path, true);
+    g.headers = headers;
+    uint64_t got = 0;
+    BodySink sink = [&](std::span<const std::byte> d) -> Status {
+      got += d.size();
+      if (got > f.size) return Status::Corrupt("ModelScope sent more bytes than announced for " + f.path);
+      h.update(d);
+      return out.append(d);
+    };
+    WL_ASSIGN_OR_RETURN(HttpResponse gr, http.get(g, sink));
+    if (gr.status != 200) return status_from_response(gr, g.url);
+    if (got != f.size)
+      return Status::Corrupt("ModelScope download of " + f.path + " ended at " + std::to_string(got) + " of " +
+                             std::to_string(f.size) + " bytes")
+          .with_file(dest);
+    if (!f.sha256.empty() && h.hex_digest() != f.sha256)
+      return Status::Corrupt("ModelScope download of " + f.path + " does not match its Sha256").with_file(dest);
+    WL_RETURN_IF_ERROR(out.commit());
+  }
+  return folder;
+}
+
+}  // namespace wl

@@ -1,0 +1,68 @@
+// weightlift download REPO [--revision R] [--include P]... [--exclude P]...
+//                          [--cache-dir D] [--offline] [--token T]
+// Downloads into the Hugging Face cache (shared with huggingface_hub) and
+// prints the snapshot folder.
+#include <cstdio>
+#include <memory>
+
+#include "command.h"
+#include "weightlift/hub.h"
+
+namespace wl::cli {
+namespace {
+
+struct DownloadArgs {
+  std::string repo;
+  std::string revision = "main";
+  std::vector<std::string> include, exclude;
+  std::string cache_dir;
+  std::string token;
+  bool token_set = false;
+  bool offline = false;
+  bool quiet = false;
+  int workers = 8;
+  int connections = 8;
+};
+
+int run_download(const DownloadArgs& a) {
+  HubOptions o;
+  o.cache_dir = a.cache_dir;
+  if (a.token_set) o.token = a.token;
+  if (a.offline) o.offline = true;
+  o.max_workers = a.workers;
+  o.connections_per_file = a.connections;
+  o.progress = !a.quiet;
+  if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "weightlift: %s\n", line.c_str()); };
+  SnapshotOptions s;
+  s.revision = a.revision;
+  s.allow_patterns = a.include;
+  s.ignore_patterns = a.exclude;
+  auto r = use_modelscope() ? modelscope_snapshot_download(a.repo, s, o) : snapshot_download(a.repo, s, o);
+  if (!r.ok()) return fail(r.status());
+  std::printf("%s\n", r->c_str());
+  return 0;
+}
+
+RunFn setup_download(CLI::App& sub) {
+  auto a = std::make_shared<DownloadArgs>();
+  sub.add_option("repo", a->repo, "repository id, e.g. org/name")->required();
+  sub.add_option("--revision", a->revision, "branch, tag or commit (default main)");
+  sub.add_option("--include", a->include, "only files matching this fnmatch pattern (repeatable)");
+  sub.add_option("--exclude", a->exclude, "skip files matching this fnmatch pattern (repeatable)");
+  sub.add_option("--cache-dir", a->cache_dir, "cache folder (default: $HF_HUB_CACHE or ~/.cache/huggingface/hub)");
+  sub.add_flag("--offline", a->offline, "never touch the network; resolve from the cache");
+  auto* tok = sub.add_option("--token", a->token, "Hub token (default: $HF_TOKEN or the token file)");
+  sub.add_flag("-q,--quiet", a->quiet, "no progress bar");
+  sub.add_option("--workers", a->workers, "files downloaded at once")->check(CLI::Range(1, 64));
+  sub.add_option("--connections", a->connections, "parallel ranged requests per large file")->check(CLI::Range(1, 64));
+  return [a, tok] {
+    a->token_set = tok->count() > 0;
+    return run_download(*a);
+  };
+}
+
+Register reg("download", "Download a Hub repository into the Hugging Face cache and print its snapshot folder",
+             setup_download);
+
+}  // namespace
+}  // namespace wl::cli
