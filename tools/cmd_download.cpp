@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "weightlift/hub.h"
+#include "weightlift/synth.h"  // parse_size
 
 namespace wl::cli {
 namespace {
@@ -22,6 +23,8 @@ struct DownloadArgs {
   bool quiet = false;
   int workers = 8;
   int connections = 8;
+  std::string split_min = "64MB";
+  std::string chunk = "16MB";
 };
 
 int run_download(const DownloadArgs& a) {
@@ -32,6 +35,12 @@ int run_download(const DownloadArgs& a) {
   o.max_workers = a.workers;
   o.connections_per_file = a.connections;
   o.progress = !a.quiet;
+  auto split = parse_size(a.split_min);
+  if (!split.ok()) return usage_error(split.status().message());
+  auto chunk = parse_size(a.chunk);
+  if (!chunk.ok()) return usage_error(chunk.status().message());
+  o.parallel_min_bytes = *split;
+  o.chunk_bytes = *chunk;
   if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "weightlift: %s\n", line.c_str()); };
   SnapshotOptions s;
   s.revision = a.revision;
@@ -55,6 +64,8 @@ RunFn setup_download(CLI::App& sub) {
   sub.add_flag("-q,--quiet", a->quiet, "no progress bar");
   sub.add_option("--workers", a->workers, "files downloaded at once")->check(CLI::Range(1, 64));
   sub.add_option("--connections", a->connections, "parallel ranged requests per large file")->check(CLI::Range(1, 64));
+  sub.add_option("--split-min", a->split_min, "files at least this large use parallel ranged requests (default 64MB)");
+  sub.add_option("--chunk", a->chunk, "size of one ranged request (default 16MB, at least 1MB)");
   return [a, tok] {
     a->token_set = tok->count() > 0;
     return run_download(*a);
