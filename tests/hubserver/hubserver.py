@@ -419,7 +419,7 @@ def make_handler(state, is_cdn):
             if repo is None:
                 return self._json(404, {"Code": 10010205001, "Message": "model not found", "Success": False})
             rev = query.get("Revision", ["master"])[0]
-            found = repo.lookup(rev)
+            found = repo.lookup(rev) or (repo.lookup("main") if rev == "master" else None)
             if found is None:
                 return self._json(404, {"Code": 10010205001, "Message": "revision not found", "Success": False})
             commit, files = found
