@@ -39,7 +39,7 @@ import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LFS_EXTS = (".safetensors", ".bin", ".pt", ".pth", ".npy", ".gguf", ".h5", ".msgpack")
-CHUNK = 256 * 1024
+CHUNK = 1024 * 1024
 
 
 class Repo:
@@ -380,20 +380,25 @@ def make_handler(state, is_cdn):
             sent = 0
             t0 = time.monotonic()
             with open(fi.path, "rb") as f:
-                f.seek(start)
+                f.seek(start)  # the corrupt mode reads; sendfile takes explicit offsets
                 while sent < limit:
-                    b = f.read(min(CHUNK, limit - sent))
-                    if not b:
-                        break
-                    if mode == "corrupt" and sent == 0:
-                        b = bytes([b[0] ^ 0xFF]) + b[1:]
+                    want = min(CHUNK, limit - sent)
                     try:
-                        self.wfile.write(b)
+                        if mode == "corrupt" and sent == 0:
+                            b = f.read(want)
+                            if not b:
+                                break
+                            self.wfile.write(bytes([b[0] ^ 0xFF]) + b[1:])
+                            n = len(b)
+                        else:  # zero-copy
+                            n = os.sendfile(self.connection.fileno(), f.fileno(), start + sent, want)
+                            if n == 0:
+                                break
                     except (BrokenPipeError, ConnectionResetError):
                         break
-                    sent += len(b)
+                    sent += n
                     with state.lock:
-                        state.bytes[name] = state.bytes.get(name, 0) + len(b)
+                        state.bytes[name] = state.bytes.get(name, 0) + n
                     if state.rate > 0:
                         ahead = sent / state.rate - (time.monotonic() - t0)
                         if ahead > 0:
