@@ -286,6 +286,8 @@ Status fetch_single(Ctx& c, const FileMeta& m, const std::string& blob) {
     if (r.ok() && r->status >= 300) return status_from_response(*r, m.location);
     have = pos;
     if (have >= m.size) break;
+    // The client already retried a request that got nothing; resume only after progress.
+    if (!r.ok() && delivered == 0) return std::move(r).status().with_file(inc);
     if (r.ok() || r.status().code() == Code::kUnavailable) {
       if (delivered > 0) stalls = 0;
       if (delivered == 0 && ++stalls >= c.o.http.retry.max_attempts) {
@@ -383,7 +385,7 @@ Status fetch_parallel(Ctx& c, const FileMeta& m, const std::string& blob) {
           break;
         }
         if (pos >= end) break;
-        if (!r.ok() && r.status().code() != Code::kUnavailable) {
+        if (!r.ok() && (r.status().code() != Code::kUnavailable || delivered == 0)) {
           err = std::move(r).status();
           break;
         }
@@ -441,7 +443,11 @@ Status fetch_blob(Ctx& c, const std::string& repo_id, const FileMeta& m) {
   WL_RETURN_IF_ERROR(make_dirs(storage + "/blobs"));
   WL_ASSIGN_OR_RETURN(FileLock lock, FileLock::acquire(c.cache + "/.locks/" + repo_folder_name(repo_id, c.o.repo_type) +
                                                        "/" + m.etag + ".lock"));
-  if (path_exists(blob)) return Status::Ok();  // another process finished it meanwhile
+  if (path_exists(blob)) {  // another process (ours or huggingface_hub) finished it meanwhile
+    ::unlink((blob + ".wlparts").c_str());
+    ::unlink((blob + ".wlparts.done").c_str());
+    return Status::Ok();
+  }
   const bool parallel = m.size >= c.o.parallel_min_bytes && c.o.connections_per_file > 1 &&
                         !path_exists(blob + ".incomplete");  // resume a single-stream partial as such
   Status s;
