@@ -102,6 +102,8 @@ class HubServerTest : public ::testing::Test {
     put(root_, "org/binonly/main/config.json", "{}");
     put(root_, "org/gated/main/w.safetensors", st_file("g"));
     put(root_, "org/gated/.gated", "");
+    slow_ = std::string(3 << 19, 's');  // 1.5 MiB: the server sends 1 MiB slices
+    put(root_, "org/slow/main/slow.txt", slow_);
     server_ = std::make_unique<HubServerProcess>(root_);
     ASSERT_TRUE(server_->ok()) << "the test Hub server did not start";
     o_.endpoint = server_->endpoint();
@@ -114,7 +116,23 @@ class HubServerTest : public ::testing::Test {
   std::string root_;
   std::unique_ptr<HubServerProcess> server_;
   HubOptions o_;
+  std::string slow_;
 };
+
+TEST_F(HubServerTest, StalledLinkIsAbortedAndResumed) {
+  // 1 KB/s per connection: after the first slice the server stalls for ~1000 s;
+  // the stall timeout (1 s here) aborts and a Range request fetches the rest.
+  std::string body = R"({"bytes_per_s":1000})";
+  ASSERT_EQ(std::system(("curl -s -o /dev/null -X POST -d '" + body + "' " + o_.endpoint + "/_wl/rate").c_str()), 0);
+  o_.http.stall_timeout_s = 1;
+  std::vector<std::string> logged;
+  o_.log = [&](const std::string& s) { logged.push_back(s); };
+  auto p = hf_hub_download("org/slow", "slow.txt", "main", o_);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(read_bytes(*p), slow_);
+  ASSERT_FALSE(logged.empty());
+  EXPECT_NE(logged[0].find("resuming"), std::string::npos) << logged[0];
+}
 
 TEST_F(HubServerTest, HfHubDownloadWritesTheHuggingfaceLayout) {
   auto p = hf_hub_download("org/sharded", "config.json", "main", o_);

@@ -453,6 +453,7 @@ class HubServer:
         self.hub = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.state, False))
         self.cdn = ThreadingHTTPServer(("127.0.0.1", 0), make_handler(self.state, True))
         self.hub.daemon_threads = self.cdn.daemon_threads = True
+        self.hub.block_on_close = self.cdn.block_on_close = False  # a throttled thread may sleep long
         self.state.cdn_port = self.cdn.server_address[1]
         self.threads = []
 
