@@ -61,6 +61,13 @@ class HubServerProcess {
   }
   bool ok() const { return hub_port_ > 0; }
   std::string endpoint() const { return "http://127.0.0.1:" + std::to_string(hub_port_); }
+  bool hook(const std::string& path_and_query) const {  // test hooks of the server
+    HttpClient c;
+    HttpRequest r;
+    r.url = endpoint() + path_and_query;
+    auto resp = c.request(r);
+    return resp.ok() && resp->status == 200;
+  }
   nlohmann::json stats() const {
     HttpClient c;
     HttpRequest r;
@@ -122,8 +129,7 @@ class HubServerTest : public ::testing::Test {
 TEST_F(HubServerTest, StalledLinkIsAbortedAndResumed) {
   // 1 KB/s per connection: after the first slice the server stalls for ~1000 s;
   // the stall timeout (1 s here) aborts and a Range request fetches the rest.
-  std::string body = R"({"bytes_per_s":1000})";
-  ASSERT_EQ(std::system(("curl -s -o /dev/null -X POST -d '" + body + "' " + o_.endpoint + "/_wl/rate").c_str()), 0);
+  ASSERT_TRUE(server_->hook("/_wl/rate?bytes_per_s=1000"));
   o_.http.stall_timeout_s = 1;
   std::vector<std::string> logged;
   o_.log = [&](const std::string& s) { logged.push_back(s); };
@@ -239,16 +245,12 @@ TEST_F(HubServerTest, GatedNeedsTheTokenAndTheCdnNeverSeesIt) {
 }
 
 TEST_F(HubServerTest, RetriesHonourRetryAfterAndGiveUpClearly) {
-  HttpClient c(o_.http);
-  HttpRequest fault;
   // 2 x 429 then success
-  std::string body = R"({"mode":"429","count":2,"retry_after":0})";
-  ASSERT_EQ(std::system(("curl -s -o /dev/null -X POST -d '" + body + "' " + o_.endpoint + "/_wl/faults").c_str()), 0);
+  ASSERT_TRUE(server_->hook("/_wl/faults?mode=429&count=2&retry_after=0"));
   auto p = hf_hub_download("org/binonly", "pytorch_model.bin", "main", o_);
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   EXPECT_EQ(read_bytes(*p), "binbytes");
-  body = R"({"mode":"500","count":100})";
-  ASSERT_EQ(std::system(("curl -s -o /dev/null -X POST -d '" + body + "' " + o_.endpoint + "/_wl/faults").c_str()), 0);
+  ASSERT_TRUE(server_->hook("/_wl/faults?mode=500&count=100"));
   auto q = hf_hub_download("org/binonly", "config.json", "main", o_);
   ASSERT_FALSE(q.ok());
   EXPECT_EQ(q.status().code(), Code::kUnavailable);

@@ -18,6 +18,7 @@ Listens only on 127.0.0.1 with ports chosen by the OS. Test hooks (hub port):
                      modes: reset (close mid-body), truncate (short body, clean close),
                      500, 429, corrupt (flip a byte: wrong ETag), none
   POST /_wl/rate     JSON {"bytes_per_s": R}  per-connection throttle (0 = off)
+                     (both also as GET with query parameters, e.g. /_wl/rate?bytes_per_s=1000)
   GET  /_wl/stats    JSON: bytes served per path, GET count per path, Authorization
                      headers the CDN saw, all request lines
   POST /_wl/modelscope  (nothing) -- ModelScope API is always on under /api/v1/models
@@ -206,6 +207,15 @@ def make_handler(state, is_cdn):
             query = urllib.parse.parse_qs(url.query)
             if is_cdn:
                 return self._cdn(path)
+            if path in ("/_wl/faults", "/_wl/rate"):  # GET form of the POST hooks (query parameters)
+                q = {k: v[0] for k, v in query.items()}
+                with state.lock:
+                    if path == "/_wl/rate":
+                        state.rate = int(q.get("bytes_per_s", 0))
+                    else:
+                        state.fault = {"mode": q.get("mode", "none"), "count": int(q.get("count", 1)),
+                                       "path": q.get("path", ""), "retry_after": int(q.get("retry_after", 0))}
+                return self._json(200, {"ok": True})
             if path == "/_wl/stats":
                 with state.lock:
                     return self._json(200, {"bytes": state.bytes, "gets": state.gets,

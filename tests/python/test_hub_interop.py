@@ -80,11 +80,14 @@ def test_theirs_downloads_ours_finds_offline(server, tmp_path):
         "import huggingface_hub as h\n"
         f"print(h.snapshot_download('org/model', cache_dir={cache_theirs!r}))",
         {"HF_ENDPOINT": server.endpoint})
-    r = run_cli(["download", "org/model", "--cache-dir", cache_theirs, "--offline"])
+    server.reset_stats()
+    r = run_cli(["download", "org/model", "--cache-dir", cache_theirs, "--offline"], {"HF_ENDPOINT": server.endpoint})
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == theirs
-    r = run_cli(["download", "org/model", "--cache-dir", cache_theirs], {"HF_HUB_OFFLINE": "1"})
+    r = run_cli(["download", "org/model", "--cache-dir", cache_theirs],
+                {"HF_HUB_OFFLINE": "1", "HF_ENDPOINT": server.endpoint})
     assert r.stdout.strip() == theirs
+    assert server.stats()["requests"] == []  # offline never touches the network
     # And the layouts are identical, symlink targets included.
     r = run_cli(["download", "org/model", "--cache-dir", cache_ours, "-q"], {"HF_ENDPOINT": server.endpoint})
     assert r.returncode == 0, r.stderr
