@@ -171,3 +171,18 @@ def test_gated_repo_token_only_to_the_hub(server, tmp_path):
 def test_missing_repo_is_a_clear_error(server, tmp_path):
     r = run_cli(["download", "org/none", "--cache-dir", str(tmp_path)], {"HF_ENDPOINT": server.endpoint})
     assert r.returncode == 1 and "repository not found" in r.stderr
+
+
+def test_resumes_a_partial_file_left_by_huggingface_hub(server, tmp_path):
+    # huggingface_hub leaves "{etag}.incomplete" holding a prefix; we continue it with Range.
+    cache = tmp_path / "c"
+    blobs = cache / "models--org--m" / "blobs"
+    blobs.mkdir(parents=True)
+    etag = hashlib.sha256(BIG).hexdigest()
+    (blobs / (etag + ".incomplete")).write_bytes(BIG[: len(BIG) // 3])
+    server.reset_stats()
+    r = dl(server, cache)  # the split threshold (64MB) is above this file: single stream
+    assert r.returncode == 0, r.stderr
+    snapshot_ok(r.stdout)
+    assert server.stats()["bytes"]["big.safetensors"] == len(BIG) - len(BIG) // 3
+    assert not (blobs / (etag + ".incomplete")).exists()
