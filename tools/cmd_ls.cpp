@@ -7,6 +7,7 @@
 
 #include "command.h"
 #include "weightlift/checkpoint.h"
+#include "weightlift/hub.h"
 #include "weightlift/weight_files.h"
 
 namespace wl::cli {
@@ -15,12 +16,18 @@ namespace {
 struct LsArgs {
   std::vector<std::string> paths;
   std::string format = "table";
+  std::string revision = "main";
+  bool offline = false;
 };
 
 int run_ls(const LsArgs& a) {
   std::vector<std::string> files;
-  for (auto& p : a.paths) {
-    auto wf = find_weight_files(p);
+  for (auto& p0 : a.paths) {
+    HubOptions hub;
+    if (a.offline) hub.offline = true;
+    auto p = resolve_model_path(p0, a.revision, hub);  // a local path, or a Hub repository id
+    if (!p.ok()) return fail(p.status());
+    auto wf = find_weight_files(*p);
     if (!wf.ok()) return fail(wf.status());
     files.insert(files.end(), wf->files.begin(), wf->files.end());
   }
@@ -49,6 +56,8 @@ RunFn setup_ls(CLI::App& sub) {
   auto a = std::make_shared<LsArgs>();
   sub.add_option("paths", a->paths, "weight files or model folders")->required();
   sub.add_option("--format", a->format, "output format")->check(CLI::IsMember({"table", "jsonl"}));
+  sub.add_option("--revision", a->revision, "Hub revision when PATH is a repository id");
+  sub.add_flag("--offline", a->offline, "resolve repository ids from the local Hub cache only");
   return [a] { return run_ls(*a); };
 }
 
