@@ -50,13 +50,14 @@ def describe(path):
     out = []
     ptrs = {}
     for name, t in flatten(loaded):
-        key = t.storage().data_ptr()
+        key = t.storage().data_ptr() if t.storage().size() > 0 else None  # empty storages have no identity
         out.append({
             "name": name, "dtype": DTYPE_NAMES[t.dtype], "shape": list(t.shape), "strides": list(t.stride()),
-            "storage_offset": t.storage_offset(), "shares_with": ptrs.get(key),
+            "storage_offset": t.storage_offset(), "shares_with": ptrs.get(key) if key is not None else None,
             "contiguous": t.is_contiguous(), "sha256": hashlib.sha256(logical_bytes(t)).hexdigest(),
         })
-        ptrs.setdefault(key, name)
+        if key is not None:
+            ptrs.setdefault(key, name)
     return out
 
 

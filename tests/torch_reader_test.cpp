@@ -1,0 +1,266 @@
+// PyTorch checkpoints: real files written by torch 1.13 (tests/data/torch, see
+// make_fixtures.py), compared with what torch.load saw; hostile files refused.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "test_util.h"
+#include "torch/torch_pickle.h"
+#include "torch/zip_reader.h"
+#include "weightlift/checkpoint.h"
+#include "weightlift/hash.h"
+#include "weightlift/torch.h"
+
+namespace wl {
+namespace {
+
+using testing::TempDir;
+
+std::string fixture(const std::string& name) { return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name; }
+
+nlohmann::json expected() {
+  std::ifstream in(fixture("expected.json"));
+  return nlohmann::json::parse(in);
+}
+
+void check_against_torch(const std::string& file) {
+  SCOPED_TRACE(file);
+  auto ex = expected()[file];
+  ASSERT_FALSE(ex.is_null());
+  auto ck = TorchCheckpoint::open(fixture(file));
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  ASSERT_EQ((*ck)->tensors().size(), ex.size());
+  std::map<std::string, size_t> storage_of;
+  for (size_t i = 0; i < ex.size(); ++i) {
+    const auto& e = ex[i];
+    const auto& info = (*ck)->tensors()[i];
+    const auto& st = (*ck)->strided()[i];
+    SCOPED_TRACE(info.name);
+    EXPECT_EQ(info.name, e["name"].get<std::string>());
+    EXPECT_EQ(dtype_name(info.dtype), e["dtype"].get<std::string>());
+    EXPECT_EQ(info.shape, e["shape"].get<Shape>());
+    if (file != "bigendian.pt") {
+      EXPECT_EQ(st.strides, e["strides"].get<std::vector<int64_t>>());
+      EXPECT_EQ(st.storage_offset, e["storage_offset"].get<uint64_t>());
+      EXPECT_EQ(st.contiguous, e["contiguous"].get<bool>());
+      EXPECT_EQ(info.file_offset.has_value(), st.contiguous);
+    }
+    if (!e["shares_with"].is_null()) EXPECT_EQ(st.storage, storage_of.at(e["shares_with"].get<std::string>()));
+    storage_of.emplace(info.name, st.storage);
+    auto v = (*ck)->view(i);
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    EXPECT_EQ(v->nbytes(), info.nbytes);
+    EXPECT_EQ(sha256_hex(v->bytes()), e["sha256"].get<std::string>());
+    auto r = (*ck)->read(i);
+    ASSERT_TRUE(r.ok());
+    EXPECT_EQ(sha256_hex(r->bytes()), e["sha256"].get<std::string>());
+  }
+}
+
+TEST(TorchReader, EveryDtypeZeroDimAndEmpty) { check_against_torch("dtypes.pt"); }
+TEST(TorchReader, ViewsSharedStoragesTransposes) { check_against_torch("views.bin"); }
+TEST(TorchReader, ModuleStateDictOrderedDict) { check_against_torch("state_dict.bin"); }
+TEST(TorchReader, Parameters) { check_against_torch("params.pt"); }
+TEST(TorchReader, NestedAndWrapped) {
+  check_against_torch("nested.pt");
+  check_against_torch("wrapped.bin");
+}
+TEST(TorchReader, LegacyFormat) {
+  check_against_torch("legacy.bin");
+  auto ck = TorchCheckpoint::open(fixture("legacy.bin"));
+  ASSERT_TRUE(ck.ok());
+  EXPECT_TRUE((*ck)->legacy_format());
+}
+TEST(TorchReader, Zip64) { check_against_torch("zip64.pt"); }
+TEST(TorchReader, BigEndianIsByteSwapped) {
+  check_against_torch("bigendian.pt");
+  auto ck = TorchCheckpoint::open(fixture("bigendian.pt"));
+  ASSERT_TRUE(ck.ok());
+  EXPECT_TRUE((*ck)->big_endian());
+  for (auto& t : (*ck)->tensors()) EXPECT_FALSE(t.file_offset.has_value()) << t.name;
+}
+
+TEST(TorchReader, ContiguousViewsAreZeroCopyAndTiedStorageIsShared) {
+  auto ck = TorchCheckpoint::open(fixture("views.bin"));
+  ASSERT_TRUE(ck.ok());
+  auto& ts = (*ck)->strided();
+  ASSERT_EQ(ts[0].name, "embed.weight");
+  ASSERT_EQ(ts[1].name, "lm_head.weight");
+  EXPECT_EQ(ts[0].storage, ts[1].storage);
+  auto a = (*ck)->view(0), b = (*ck)->view(1);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->data(), b->data());  // both point into the mapping
+  auto storage = (*ck)->storage_bytes(ts[0].storage);
+  ASSERT_TRUE(storage.ok());
+  EXPECT_EQ(storage->data(), a->data());
+  EXPECT_EQ((*ck)->format_name(), "pytorch");
+}
+
+TEST(TorchReader, UnwrapsStateDictOnRequest) {
+  auto ck = TorchCheckpoint::open(fixture("wrapped.bin"), Env::Default(), {.unwrap_state_dict = true});
+  ASSERT_TRUE(ck.ok());
+  EXPECT_TRUE((*ck)->unwrapped_state_dict());
+  ASSERT_EQ((*ck)->tensors().size(), 2u);
+  EXPECT_EQ((*ck)->tensors()[0].name, "w");
+}
+
+// An Env whose files cannot be mapped: views fall back to reads.
+class NoMmapEnv : public EnvWrapper {
+ public:
+  NoMmapEnv() : EnvWrapper(Env::Default()) {}
+  Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions&) override {
+    return target()->open(path, {.mode = FileMode::kPread});
+  }
+};
+
+TEST(TorchReader, WorksWithoutMmap) {
+  NoMmapEnv env;
+  auto ck = open_checkpoint(fixture("views.bin"), &env);
+  ASSERT_TRUE(ck.ok()) << ck.status().to_string();
+  auto ex = expected()["views.bin"];
+  for (size_t i = 0; i < ex.size(); ++i) {
+    auto v = (*ck)->view(i);
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(sha256_hex(v->bytes()), ex[i]["sha256"].get<std::string>());
+  }
+}
+
+// ---- hostile and broken files -------------------------------------------------
+
+std::string open_error(const std::string& path) {
+  auto ck = open_checkpoint(path);
+  if (ck.ok()) return "";
+  EXPECT_EQ(ck.status().file(), path);
+  return ck.status().to_string();
+}
+
+TEST(TorchHostile, GlobalsOutsideTheAllowlistAreRefusedByName) {
+  std::string e = open_error(fixture("evil_system.pt"));
+  EXPECT_NE(e.find("'posix.system'"), std::string::npos) << e;
+  EXPECT_NE(e.find("evil_system.pt"), std::string::npos) << e;
+  e = open_error(fixture("evil_eval.pt"));
+  EXPECT_NE(e.find("'builtins.eval'"), std::string::npos) << e;
+}
+
+TEST(TorchHostile, StorageShorterThanDeclared) {
+  std::string e = open_error(fixture("short_storage.pt"));
+  EXPECT_NE(e.find("holds 60 bytes"), std::string::npos) << e;
+}
+
+TEST(TorchHostile, HugeDeclaredSizes) {
+  std::string e = open_error(fixture("huge_storage.pt"));
+  EXPECT_NE(e.find("more than the file holds"), std::string::npos) << e;
+}
+
+TEST(TorchHostile, TruncatedAndRandom) {
+  EXPECT_NE(open_error(fixture("truncated.bin")).find("end-of-central-directory"), std::string::npos);
+  EXPECT_NE(open_error(fixture("random.bin")).find("not a PyTorch checkpoint"), std::string::npos);
+}
+
+TEST(TorchHostile, EveryTruncationAndByteFlipFailsCleanly) {
+  // A small fuzz: every prefix of a zip and a legacy file, and random byte flips.
+  TempDir dir;
+  for (std::string name : {"views.bin", "legacy.bin"}) {
+    std::string data = testing::read_bytes(fixture(name));
+    std::string path = dir.file(name);
+    for (size_t cut = 0; cut < data.size(); cut += (cut < 64 ? 1 : 7)) {
+      testing::write_bytes(path, data.substr(0, cut));
+      auto ck = open_checkpoint(path);
+      if (ck.ok()) {
+        for (size_t i = 0; i < (*ck)->tensors().size(); ++i) (void)(*ck)->view(i);
+      } else {
+        EXPECT_EQ(ck.status().file(), path);
+      }
+    }
+    std::mt19937 rng(42);
+    for (int round = 0; round < 300; ++round) {
+      std::string m = data;
+      for (int k = 0; k < 4; ++k) m[rng() % m.size()] = static_cast<char>(rng());
+      testing::write_bytes(path, m);
+      auto ck = open_checkpoint(path);
+      if (ck.ok()) {
+        for (size_t i = 0; i < (*ck)->tensors().size(); ++i) (void)(*ck)->view(i);
+      }
+    }
+  }
+}
+
+// ---- the unpickler on hand-written pickles ------------------------------------
+
+Result<pickle::Value*> unpickle(pickle::Unpickler& u, std::string_view bytes) { return u.load(bytes); }
+
+TEST(TorchPickle, RejectsBadStreams) {
+  struct Case {
+    std::string bytes;
+    std::string error;
+  };
+#define B(lit) std::string(lit, sizeof(lit) - 1)
+  std::vector<Case> cases = {
+      {B("\x80\x02"), "truncated"},
+      {B("\x80\x02q\x00."), "stack underflow"},
+      {B("\x80\x02h\x05" "."), "memo key 5"},
+      {B("\x80\x02K\x01K\x02" "u."), "no MARK"},
+      {B("\x80\x02I1\n."), "unsupported pickle opcode 0x49"},
+      {B("\x80\x09" "."), "protocol 9"},
+      {B("\x80\x02X\xff\xff\xff\x7f" "ab."), "runs past the end"},
+      {B("\x80\x02" "cos\nsystem\n."), "'os.system'"},
+      {B("\x80\x02\x8c\x08" "builtins\x8c\x04" "exec\x93."), "'builtins.exec'"},
+      {B("\x80\x02" "ctorch\nFloatStorage\n)R."), "cannot be called"},
+      {B("\x80\x02]q\x00K\x01Q."), "persistent_load id"},
+      {B("\x80\x02K\x01K\x02" "b."), "BUILD is only allowed"},
+      {B("\x80\x02" "ctorch._utils\n_rebuild_sparse_tensor\n)R."), "not supported"},
+  };
+#undef B
+  for (auto& c : cases) {
+    pickle::Unpickler u("x.pkl", nullptr);
+    auto r = unpickle(u, c.bytes);
+    ASSERT_FALSE(r.ok()) << c.error;
+    EXPECT_NE(r.status().to_string().find(c.error), std::string::npos) << r.status().to_string();
+    EXPECT_EQ(r.status().file(), "x.pkl");
+  }
+}
+
+TEST(TorchPickle, DeepNestingAndCyclesAreBounded) {
+  // A list that contains itself: flattening must stop at the depth limit.
+  pickle::Unpickler u("cyc.pkl", nullptr);
+  auto r = u.load(std::string("\x80\x02]q\x00h\x00" "a.", 9));
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::vector<std::pair<std::string, size_t>> out;
+  Status s = pickle::flatten_tensors(*r, &out, "cyc.pkl");
+  EXPECT_NE(s.to_string().find("nested deeper"), std::string::npos) << s.to_string();
+  // 200000 nested MARKs are refused, not a crash.
+  pickle::Unpickler u2("marks.pkl", nullptr);
+  auto r2 = u2.load("\x80\x02" + std::string(200000, '(') + ".");
+  EXPECT_NE(r2.status().to_string().find("too many nested MARKs"), std::string::npos);
+}
+
+TEST(TorchZip, RejectsBrokenDirectories) {
+  TempDir dir;
+  const std::string good = testing::read_bytes(fixture("views.bin"));
+  auto corrupt_at = [&](const std::string& sig, size_t delta, std::string bytes) {
+    std::string bad = good;
+    size_t at = bad.rfind(sig);
+    EXPECT_NE(at, std::string::npos);
+    bad.replace(at + delta, bytes.size(), bytes);
+    testing::write_bytes(dir.file("bad.pt"), bad);
+    return open_error(dir.file("bad.pt"));
+  };
+  // torch writes zip64 end records: break the central directory offset there.
+  std::string e = corrupt_at(std::string("PK\x06\x06", 4), 48, std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8));
+  EXPECT_NE(e.find("central directory"), std::string::npos) << e;
+  // A bad central-directory entry signature.
+  e = corrupt_at(std::string("PK\x01\x02", 4), 0, "XX");
+  EXPECT_NE(e.find("bad signature"), std::string::npos) << e;
+  // A local header offset pointing past the data.
+  e = corrupt_at(std::string("PK\x01\x02", 4), 42, std::string("\xff\xff\xff\x7f", 4));
+  EXPECT_NE(e.find("local header offset"), std::string::npos) << e;
+  // A stored size larger than the file.
+  e = corrupt_at(std::string("PK\x01\x02", 4), 20, std::string("\x00\x00\x00\x7f\x00\x00\x00\x7f", 8));
+  EXPECT_NE(e.find("runs past the data area"), std::string::npos) << e;
+}
+
+}  // namespace
+}  // namespace wl
