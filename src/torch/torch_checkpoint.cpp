@@ -7,6 +7,7 @@
 
 #include <fmt/format.h>
 
+#include "torch/strided_copy.h"
 #include "torch/torch_pickle.h"
 #include "torch/zip_reader.h"
 #include "util/checked.h"
@@ -33,60 +34,8 @@ void byteswap(std::byte* p, size_t nbytes, size_t unit) {
   for (size_t i = 0; i + unit <= nbytes; i += unit) std::reverse(p + i, p + i + unit);
 }
 
-template <size_t E>
-void copy_elems(std::byte* dst, const std::byte* src, int64_t n, int64_t stride) {
-  for (int64_t j = 0; j < n; ++j) std::memcpy(dst + j * E, src + j * stride * static_cast<int64_t>(E), E);
-}
-
-// Copies a strided view into row-major order. REQUIRES: validated bounds.
 void gather(const std::byte* base, size_t esize, const TorchTensor& t, std::byte* dst) {
-  const auto& sz = t.sizes;
-  const auto& st = t.strides;
-  uint64_t numel = shape_numel(sz);
-  if (numel == 0) return;
-  size_t k = sz.size();
-  int64_t block = 1;
-  while (k > 0 && (sz[k - 1] == 1 || st[k - 1] == block)) {
-    block *= sz[k - 1];
-    --k;
-  }
-  // Dims [0, k) are outer; the innermost outer dim is walked with a typed loop when elements are small.
-  const size_t block_bytes = static_cast<size_t>(block) * esize;
-  if (k == 0) {
-    std::memcpy(dst, base + t.storage_offset * esize, block_bytes);
-    return;
-  }
-  const bool elementwise = block == 1 && (esize == 1 || esize == 2 || esize == 4 || esize == 8);
-  const size_t outer = elementwise ? k - 1 : k;
-  std::vector<int64_t> idx(outer, 0);
-  uint64_t src = t.storage_offset;
-  while (true) {
-    if (elementwise) {
-      int64_t n = sz[k - 1], s = st[k - 1];
-      const std::byte* from = base + src * esize;
-      switch (esize) {
-        case 1: copy_elems<1>(dst, from, n, s); break;
-        case 2: copy_elems<2>(dst, from, n, s); break;
-        case 4: copy_elems<4>(dst, from, n, s); break;
-        default: copy_elems<8>(dst, from, n, s); break;
-      }
-      dst += static_cast<size_t>(n) * esize;
-    } else {
-      std::memcpy(dst, base + src * esize, block_bytes);
-      dst += block_bytes;
-    }
-    size_t j = outer;
-    while (j > 0) {
-      --j;
-      ++idx[j];
-      src += static_cast<uint64_t>(st[j]);
-      if (idx[j] < sz[j]) break;
-      src -= static_cast<uint64_t>(st[j] * sz[j]);
-      idx[j] = 0;
-      if (j == 0) return;
-    }
-    if (outer == 0) return;
-  }
+  strided_copy(base, esize, t.storage_offset, t.sizes, t.strides, dst);
 }
 
 bool is_contiguous(const Shape& sz, const std::vector<int64_t>& st) {

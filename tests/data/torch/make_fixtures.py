@@ -206,8 +206,8 @@ def main():
             b"FloatStorage\nX\x01\x00\x00\x000X\x03\x00\x00\x00cpu\x8a\x08\x00\x00\x00\x00\x00\x00\x00\x10tQK\x00"
             b"\x8a\x05\x00\x00\x00\x00\x01K\x01\x86K\x01K\x01\x86\x89ccollections\nOrderedDict\n)RtRs.")
     with zipfile.ZipFile(os.path.join(HERE, "huge_storage.pt"), "w", zipfile.ZIP_STORED) as z:
-        z.writestr("archive/data.pkl", huge)
-        z.writestr("archive/data/0", b"\0" * 16)
+        z.writestr(zipfile.ZipInfo("archive/data.pkl", date_time=(2020, 1, 1, 0, 0, 0)), huge)
+        z.writestr(zipfile.ZipInfo("archive/data/0", date_time=(2020, 1, 1, 0, 0, 0)), b"\0" * 16)
     # a truncated archive and random bytes
     with open(os.path.join(HERE, "views.bin"), "rb") as f:
         data = f.read()
@@ -224,10 +224,62 @@ def main():
         except Exception as e:  # noqa: BLE001 - torch refuses it too
             print(f"torch refuses {bad}: {str(e).splitlines()[0][:90]}")
 
+    make_npy(expected)
+
     with open(os.path.join(HERE, "expected.json"), "w") as f:
         json.dump(expected, f, indent=1, sort_keys=True)
         f.write("\n")
     print("wrote", len(expected), "fixtures in", HERE)
+
+
+def npy_with_header(good, shape):
+    hdr = "{'descr': '<f4', 'fortran_order': False, 'shape': %s, }" % shape
+    hdr = hdr.ljust(117) + "\n"
+    return b"\x93NUMPY\x01\x00" + struct.pack("<H", len(hdr)) + hdr.encode() + good[128:]
+
+
+def make_npy(expected):
+    """NumPy .npy files of every format version, both orders and byte orders, plus broken ones."""
+    import numpy as np
+    from numpy.lib import format as npf
+    d = os.path.join(HERE, "npy")
+    os.makedirs(d, exist_ok=True)
+    rng = np.random.default_rng(3)
+    arrays = {
+        "v1_f32.npy": ((1, 0), rng.standard_normal((3, 4)).astype("<f4")),
+        "v2_i64.npy": ((2, 0), np.arange(10, dtype="<i8").reshape(2, 5)),
+        "v3_f16.npy": ((3, 0), rng.standard_normal((2, 3)).astype("<f2")),
+        "fortran_f64.npy": ((1, 0), np.asfortranarray(rng.standard_normal((3, 5, 2)))),
+        "big_f64.npy": ((1, 0), rng.standard_normal((4, 3)).astype(">f8")),
+        "big_c64.npy": ((1, 0), (rng.standard_normal(3) + 1j * rng.standard_normal(3)).astype(">c8")),
+        "bool.npy": ((1, 0), rng.standard_normal(7) > 0),
+        "u8.npy": ((1, 0), np.arange(5, dtype=np.uint8)),
+        "scalar.npy": ((1, 0), np.array(2.5, dtype="<f8")),
+        "empty.npy": ((1, 0), np.zeros((0, 3), dtype="<i4")),
+    }
+    names = {"<f4": "F32", "<i8": "I64", "<f2": "F16", "<f8": "F64", ">f8": "F64", ">c8": "C64", "|b1": "BOOL",
+             "|u1": "U8", "<i4": "I32"}
+    for name, (version, a) in arrays.items():
+        with open(os.path.join(d, name), "wb") as f:
+            npf.write_array(f, a, version=version)
+        c = np.ascontiguousarray(a).astype(a.dtype.newbyteorder("<"))
+        expected["npy/" + name] = {"dtype": names[a.dtype.str], "shape": list(a.shape),
+                                   "sha256": hashlib.sha256(c.tobytes()).hexdigest()}
+    with open(os.path.join(d, "v1_f32.npy"), "rb") as f:
+        good = f.read()
+    bad = {
+        "bad_truncated.npy": good[:-5],
+        "bad_magic.npy": b"\x93NUMPX" + good[6:],
+        "bad_overflow_shape.npy": npy_with_header(good, "(1099511627776, 1099511627776)"),
+        "bad_huge_shape.npy": npy_with_header(good, "(1000000, 1000000)"),
+        "bad_header_len.npy": good[:8] + b"\xff\xff" + good[10:],
+    }
+    structured = io.BytesIO()
+    np.save(structured, np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")]))
+    bad["bad_structured.npy"] = structured.getvalue()
+    for name, data in bad.items():
+        with open(os.path.join(d, name), "wb") as f:
+            f.write(data)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,77 @@
+// The reference's NumPy weight cache: np/ beside the weights, dumped once under a lock.
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "numpy/file_lock.h"
+#include "weightlift/npy.h"
+
+namespace wl {
+namespace {
+namespace fs = std::filesystem;
+
+bool plain_file_name(const std::string& n) {
+  return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && n.find('\0') == std::string::npos &&
+         n != kNpCacheNames;
+}
+}  // namespace
+
+Result<std::vector<std::string>> np_cache_names(const std::string& hf_folder) {
+  std::string path = (fs::path(hf_folder) / kNpCacheFolder / kNpCacheNames).string();
+  WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(path, uint64_t{1} << 28));
+  try {
+    auto j = nlohmann::json::parse(text);
+    if (!j.is_array()) return Status::Corrupt("weight_names.json is not a list").with_file(path);
+    std::vector<std::string> names;
+    for (auto& n : j) {
+      if (!n.is_string() || !plain_file_name(n.get<std::string>()))
+        return Status::Corrupt("weight_names.json holds an entry that is not a plain file name").with_file(path);
+      names.push_back(n.get<std::string>());
+    }
+    return names;
+  } catch (const nlohmann::json::exception& e) {
+    return Status::Corrupt(std::string("weight_names.json is not valid JSON: ") + e.what()).with_file(path);
+  }
+}
+
+Result<Tensor> np_cache_read(const std::string& hf_folder, const std::string& name, Env* env) {
+  if (!plain_file_name(name)) return Status::InvalidArgument("not a plain file name").with_tensor(name);
+  auto t = read_npy((fs::path(hf_folder) / kNpCacheFolder / name).string(), env);
+  if (!t.ok()) return std::move(t).status().with_tensor(name);
+  return t;
+}
+
+Result<NpCacheResult> np_cache_prepare(const std::vector<std::string>& weight_files, const std::string& hf_folder,
+                                       const std::string& lock_path, Env* env) {
+  NpCacheResult res;
+  res.np_folder = (fs::path(hf_folder) / kNpCacheFolder).string();
+  std::error_code ec;
+  fs::create_directories(res.np_folder, ec);
+  if (ec) return Status::FromErrno(ec.value(), "cannot create the NumPy cache folder").with_file(res.np_folder);
+  std::string lock = lock_path.empty() ? (fs::path(hf_folder) / "np.lock").string() : lock_path;
+  WL_ASSIGN_OR_RETURN(FileLock held, FileLock::acquire(lock));
+  std::string names_path = (fs::path(res.np_folder) / kNpCacheNames).string();
+  if (!env->exists(names_path)) {
+    std::vector<std::string> names;
+    for (auto& f : weight_files) {
+      WL_ASSIGN_OR_RETURN(auto ck, open_checkpoint(f, env));
+      for (size_t i = 0; i < ck->tensors().size(); ++i) {
+        const std::string& name = ck->tensors()[i].name;
+        if (!plain_file_name(name))
+          return Status::InvalidArgument("tensor name cannot be a NumPy cache file name").with_file(f).with_tensor(name);
+        WL_ASSIGN_OR_RETURN(TensorView v, ck->view(i));
+        Status s = write_npy((fs::path(res.np_folder) / name).string(), v);
+        if (!s.ok()) return std::move(s).with_tensor(name);
+        names.push_back(name);
+      }
+    }
+    // The names file is written last: its presence means the cache is complete.
+    WL_RETURN_IF_ERROR(write_file_atomic(names_path, nlohmann::json(names).dump() + "\n"));
+    res.dumped = true;
+  }
+  WL_ASSIGN_OR_RETURN(res.names, np_cache_names(hf_folder));
+  return res;
+}
+
+}  // namespace wl
