@@ -56,6 +56,9 @@ struct TorchOpenOptions {
   // As the reference's conversion does: when the top-level object is a dict
   // with a "state_dict" key, list only the tensors under it (without prefix).
   bool unwrap_state_dict = false;
+  // Pre-fault the whole mapping at open (MAP_POPULATE): one batched kernel pass
+  // instead of a page fault per page when every tensor will be touched.
+  bool populate = false;
 };
 
 class TorchCheckpoint final : public CheckpointReader {

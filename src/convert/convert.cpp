@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -69,18 +70,34 @@ Result<Converted> convert_one(const std::string& input, const std::string& outpu
   WL_RETURN_IF_ERROR(out.append(plan->prefix));
   for (size_t idx : plan->order) WL_RETURN_IF_ERROR(out.append(named[idx].view.bytes()));
   if (o.verify) {
-    // Read the temporary file back through the safetensors reader and compare every tensor.
-    auto back = SafetensorsFile::open(out.temp_path(), LoadMode::kLazy, env);
-    if (!back.ok()) return Status::Internal("read-back of the written file failed: " + back.status().to_string()).with_file(output);
-    if ((*back)->tensors().size() != named.size())
-      return Status::Internal(fmt::format("read-back found {} tensors, wrote {}", (*back)->tensors().size(), named.size()))
-          .with_file(output);
-    for (auto& n : named) {
-      auto v = (*back)->get(n.name);
-      if (!v.ok()) return Status::Internal("read-back: " + v.status().to_string()).with_file(output).with_tensor(n.name);
-      if (v->dtype() != n.view.dtype() || v->shape() != n.view.shape() || v->nbytes() != n.view.nbytes() ||
-          (n.view.nbytes() > 0 && std::memcmp(v->data(), n.view.data(), n.view.nbytes()) != 0))
-        return Status::Internal("the written tensor does not match the input").with_file(output).with_tensor(n.name);
+    // Read the temporary file back (its header through the safetensors parser, its data with
+    // large preads) and compare every tensor byte for byte with what was meant to be written.
+    auto fail = [&](std::string what) { return Status::Internal("read-back verification: " + what).with_file(output); };
+    auto back = env->open(out.temp_path(), {.mode = FileMode::kPread});
+    if (!back.ok()) return fail(back.status().to_string());
+    auto header = read_safetensors_header(**back);
+    if (!header.ok()) return fail(header.status().to_string());
+    if (header->tensors.size() != named.size())
+      return fail(fmt::format("found {} tensors, wrote {}", header->tensors.size(), named.size()));
+    std::unordered_map<std::string_view, const NamedTensor*> by_name;
+    for (auto& n : named) by_name.emplace(n.name, &n);
+    constexpr size_t kChunk = size_t{16} << 20;
+    std::vector<std::byte> buf(kChunk);
+    for (const TensorInfo& ti : header->tensors) {
+      auto it = by_name.find(ti.name);
+      if (it == by_name.end()) return fail(fmt::format("unexpected tensor '{}'", ti.name));
+      const TensorView& want = it->second->view;
+      if (ti.dtype != want.dtype() || ti.shape != want.shape() || ti.nbytes != want.nbytes())
+        return Status::Internal("read-back verification: dtype, shape or size differs").with_file(output).with_tensor(ti.name);
+      for (uint64_t done = 0; done < ti.nbytes;) {
+        size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, ti.nbytes - done));
+        WL_RETURN_IF_ERROR((*back)->read_at(ti.offset + done, std::span(buf.data(), n)));
+        if (std::memcmp(buf.data(), want.data() + done, n) != 0)
+          return Status::Internal("read-back verification: the written bytes differ from the input")
+              .with_file(output)
+              .with_tensor(ti.name);
+        done += n;
+      }
     }
   }
   WL_RETURN_IF_ERROR(out.commit());

@@ -185,12 +185,13 @@ Result<std::shared_ptr<TorchCheckpoint>> open_zip(std::shared_ptr<TorchCheckpoin
   return ck;
 }
 
-Result<std::shared_ptr<TorchCheckpoint>> open_legacy(std::shared_ptr<TorchCheckpoint> ck, const TorchOpenOptions& o) {
+// The pickles come first, the storages after them: `head_len` bytes of the file are decoded;
+// *short is set when a pickle ran past them (the caller retries with more).
+Result<std::shared_ptr<TorchCheckpoint>> open_legacy_head(std::shared_ptr<TorchCheckpoint> ck,
+                                                          const TorchOpenOptions& o, uint64_t head_len, bool* short_head) {
   const std::string& path = ck->path_;
   const RandomAccessFile& f = *ck->file_;
   ck->legacy_ = true;
-  // The pickles come first; they are bounded by kMaxPickle (or the file).
-  uint64_t head_len = std::min(kMaxPickle, f.size());
   std::string head(head_len, '\0');
   WL_RETURN_IF_ERROR(f.read_at(0, std::as_writable_bytes(std::span(head.data(), head.size()))));
   std::string_view rest = head;
@@ -200,17 +201,32 @@ Result<std::shared_ptr<TorchCheckpoint>> open_legacy(std::shared_ptr<TorchCheckp
   auto legacy_error = [&](std::string what) {
     return Status::Corrupt("legacy PyTorch checkpoint: " + what).with_file(path);
   };
-  WL_ASSIGN_OR_RETURN(pickle::Value * magic, u.load(rest, &used));
+  auto load = [&](pickle::Value** out) -> Status {
+    auto r = u.load(rest, &used);
+    if (!r.ok()) {
+      const std::string& m = r.status().message();
+      if (head_len < f.size() && (m.find("truncated pickle") != std::string::npos ||
+                                  m.find("runs past the end of the pickle") != std::string::npos))
+        *short_head = true;
+      return r.status();
+    }
+    *out = *r;
+    return Status::Ok();
+  };
+  pickle::Value* magic = nullptr;
+  WL_RETURN_IF_ERROR(load(&magic));
   if (magic->kind != pickle::Kind::kOther || magic->s != std::string_view(reinterpret_cast<const char*>(kLegacyMagic), 10))
     return legacy_error("bad magic number (not a file written by torch.save)");
   rest.remove_prefix(used);
-  WL_ASSIGN_OR_RETURN(pickle::Value * proto, u.load(rest, &used));
+  pickle::Value* proto = nullptr;
+  WL_RETURN_IF_ERROR(load(&proto));
   if (proto->kind != pickle::Kind::kInt || proto->i != kLegacyProtocol)
     return Status::Unimplemented(fmt::format("legacy PyTorch checkpoint: protocol {} is not supported (expected {})",
                                              proto->i, kLegacyProtocol))
         .with_file(path);
   rest.remove_prefix(used);
-  WL_ASSIGN_OR_RETURN(pickle::Value * sys_info, u.load(rest, &used));
+  pickle::Value* sys_info = nullptr;
+  WL_RETURN_IF_ERROR(load(&sys_info));
   rest.remove_prefix(used);
   if (sys_info->kind == pickle::Kind::kDict) {
     for (size_t k = 0; k + 1 < sys_info->items.size(); k += 2)
@@ -218,9 +234,11 @@ Result<std::shared_ptr<TorchCheckpoint>> open_legacy(std::shared_ptr<TorchCheckp
           sys_info->items[k + 1]->kind == pickle::Kind::kBool)
         ck->big_endian_ = sys_info->items[k + 1]->i == 0;
   }
-  WL_ASSIGN_OR_RETURN(pickle::Value * root, u.load(rest, &used));
+  pickle::Value* root = nullptr;
+  WL_RETURN_IF_ERROR(load(&root));
   rest.remove_prefix(used);
-  WL_ASSIGN_OR_RETURN(pickle::Value * keys, u.load(rest, &used));
+  pickle::Value* keys = nullptr;
+  WL_RETURN_IF_ERROR(load(&keys));
   rest.remove_prefix(used);
   if (keys->kind != pickle::Kind::kList) return legacy_error("the storage key list is not a list");
 
@@ -271,13 +289,26 @@ Result<std::shared_ptr<TorchCheckpoint>> open_legacy(std::shared_ptr<TorchCheckp
   return ck;
 }
 
+// Starts with 16 MiB of pickles and grows x8 up to kMaxPickle: a multi-GB legacy file is not read whole.
+Result<std::shared_ptr<TorchCheckpoint>> open_legacy(std::shared_ptr<TorchCheckpoint> ck, const TorchOpenOptions& o) {
+  const uint64_t limit = std::min(kMaxPickle, ck->file_->size());
+  for (uint64_t len = std::min<uint64_t>(limit, uint64_t{16} << 20);; len = std::min(limit, len * 8)) {
+    auto fresh = std::make_shared<TorchCheckpoint>();
+    fresh->path_ = ck->path_;
+    fresh->file_ = ck->file_;
+    bool short_head = false;
+    auto r = open_legacy_head(fresh, o, len, &short_head);
+    if (r.ok() || !short_head || len == limit) return r;
+  }
+}
+
 }  // namespace
 
 Result<std::shared_ptr<TorchCheckpoint>> TorchCheckpoint::open(const std::string& path, Env* env,
                                                                const TorchOpenOptions& options) {
   auto ck = std::make_shared<TorchCheckpoint>();
   ck->path_ = path;
-  auto file = env->open(path, {.mode = FileMode::kMmap});
+  auto file = env->open(path, {.mode = FileMode::kMmap, .populate = options.populate});
   if (!file.ok()) return std::move(file).status().with_file(path);
   ck->file_ = *file;
   const uint64_t size = ck->file_->size();
