@@ -128,3 +128,13 @@ def test_hostile_pickle_is_refused_and_never_runs(tmp_path, cli):
     assert r.returncode == 1
     assert not marker.exists()
     assert not (tmp_path / "evil.safetensors").exists()
+
+
+def test_legacy_file_with_pickles_larger_than_the_first_read(tmp_path, cli):
+    # The legacy reader decodes the first 16 MiB, then grows: a 20 MB string in the pickle forces that.
+    path = tmp_path / "big_pickle.bin"
+    w = torch.arange(12, dtype=torch.float32).reshape(3, 4)
+    torch.save({"note": "x" * 20_000_000, "w": w, "wt": w.t()}, path, _use_new_zipfile_serialization=False)
+    rows = [json.loads(line) for line in cli("ls", "--format", "jsonl", path).stdout.splitlines()]
+    assert [(r["name"], r["shape"]) for r in rows] == [("w", [3, 4]), ("wt", [4, 3])]
+    assert rows[0]["offset"] is not None and rows[1]["offset"] is None
