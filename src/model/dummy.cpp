@@ -1,0 +1,172 @@
+// Dummy weights on the CPU (see weightlift/dummy.h; the math is in dummy_math.h).
+#include "weightlift/dummy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "model/cuda_internal.h"
+#include "model/dummy_math.h"
+#include "weightlift/cuda_backend.h"
+
+namespace wl {
+namespace {
+
+using dummy::Kind;
+
+std::optional<Kind> kind_of(DType t) {
+  switch (t) {
+    case DType::F32: return dummy::kF32;
+    case DType::F16: return dummy::kF16;
+    case DType::BF16: return dummy::kBF16;
+    case DType::F8_E4M3: return dummy::kE4M3;
+    case DType::F8_E5M2: return dummy::kE5M2;
+    case DType::F64: return dummy::kF64;
+    default: return std::nullopt;
+  }
+}
+
+// Float kinds we do not generate (the reference has no uniform_ for them either).
+bool unsupported_float(DType t) {
+  return dtype_is_float(t) && !kind_of(t) && t != DType::C64 && t != DType::C128 && t != DType::C32;
+}
+
+dummy::Params make_params(Kind kind, double low, double high, uint64_t seed) {
+  dummy::Params p{};
+  p.low32 = static_cast<float>(low);
+  p.high32 = static_cast<float>(high);
+  p.range32 = p.high32 - p.low32;
+  p.low64 = low;
+  p.high64 = high;
+  p.range64 = high - low;
+  p.seed = seed;
+  p.low16 = kind == dummy::kBF16 ? dummy::f32_to_bf16(p.low32) : dummy::f32_to_f16(p.low32);
+  return p;
+}
+
+void store(Kind kind, std::byte* base, uint64_t i, uint64_t bits) {
+  switch (kind) {
+    case dummy::kF32: {
+      uint32_t v = static_cast<uint32_t>(bits);
+      std::memcpy(base + i * 4, &v, 4);
+      break;
+    }
+    case dummy::kF16:
+    case dummy::kBF16: {
+      uint16_t v = static_cast<uint16_t>(bits);
+      std::memcpy(base + i * 2, &v, 2);
+      break;
+    }
+    case dummy::kE4M3:
+    case dummy::kE5M2: base[i] = static_cast<std::byte>(bits); break;
+    case dummy::kF64: std::memcpy(base + i * 8, &bits, 8); break;
+  }
+}
+
+// Elements [begin, end) of the tensor.
+void fill_range(Kind kind, std::byte* base, uint64_t begin, uint64_t end, const dummy::Params& p) {
+  if (kind == dummy::kF64) {
+    for (uint64_t i = begin; i < end;) {
+      dummy::U4 w = dummy::philox4x32(i >> 1, p.seed);
+      for (uint64_t j = i & 1; j < 2 && i < end; ++j, ++i) {
+        double v = dummy::uniform_f64(w.v[2 * j], w.v[2 * j + 1], p.low64, p.range64);
+        if (!(v < p.high64)) v = p.low64;
+        uint64_t bits;
+        std::memcpy(&bits, &v, 8);
+        store(kind, base, i, bits);
+      }
+    }
+    return;
+  }
+  for (uint64_t i = begin; i < end;) {
+    dummy::U4 w = dummy::philox4x32(i >> 2, p.seed);
+    for (uint64_t j = i & 3; j < 4 && i < end; ++j, ++i)
+      store(kind, base, i, dummy::element_from_word(kind, w.v[j], p));
+  }
+}
+
+Status check_bounds(double low, double high) {
+  if (!std::isfinite(low) || !std::isfinite(high))
+    return Status::InvalidArgument(fmt::format("dummy weight bounds must be finite, got [{}, {})", low, high));
+  if (low > high)
+    return Status::InvalidArgument(fmt::format("dummy weight bounds need low <= high, got [{}, {})", low, high));
+  return Status();
+}
+
+}  // namespace
+
+bool dummy_fills(DType dtype) { return kind_of(dtype).has_value(); }
+
+uint64_t dummy_element_bits(DType dtype, uint64_t index, double low, double high, uint64_t seed) {
+  auto kind = kind_of(dtype);
+  if (!kind) return 0;
+  dummy::Params p = make_params(*kind, low, high, seed);
+  if (*kind == dummy::kF64) {
+    dummy::U4 w = dummy::philox4x32(index >> 1, seed);
+    uint64_t j = index & 1;
+    double v = dummy::uniform_f64(w.v[2 * j], w.v[2 * j + 1], p.low64, p.range64);
+    if (!(v < p.high64)) v = p.low64;
+    uint64_t bits;
+    std::memcpy(&bits, &v, 8);
+    return bits;
+  }
+  dummy::U4 w = dummy::philox4x32(index >> 2, seed);
+  return dummy::element_from_word(*kind, w.v[index & 3], p);
+}
+
+Status fill_dummy(DType dtype, std::span<std::byte> bytes, uint64_t numel, const DummyOptions& o) {
+  WL_RETURN_IF_ERROR(check_bounds(o.low, o.high));
+  auto kind = kind_of(dtype);
+  if (!kind) {
+    if (unsupported_float(dtype))
+      return Status::Unimplemented(fmt::format("dummy weights of dtype {} are not supported", dtype_name(dtype)));
+    return Status();  // integer, bool and complex tensors stay as they are
+  }
+  auto need = dtype_nbytes(dtype, numel);
+  if (!need || *need > bytes.size())
+    return Status::OutOfRange(fmt::format("a buffer of {} bytes cannot hold {} elements of {}", bytes.size(), numel,
+                                          dtype_name(dtype)));
+  dummy::Params p = make_params(*kind, o.low, o.high, o.seed);
+  unsigned hw = std::max(1u, std::thread::hardware_concurrency());
+  uint64_t threads = o.threads > 0 ? static_cast<uint64_t>(o.threads) : hw;
+  // At least 4 Ki elements per thread; chunk edges on whole Philox blocks.
+  threads = std::max<uint64_t>(1, std::min<uint64_t>(threads, numel / 4096 + 1));
+  if (threads == 1) {
+    fill_range(*kind, bytes.data(), 0, numel, p);
+    return Status();
+  }
+  uint64_t per = (numel / threads + 3) & ~uint64_t{3};
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (uint64_t t = 0; t < threads; ++t) {
+    uint64_t b = std::min(numel, t * per), e = std::min(numel, b + per);
+    if (b >= e) break;
+    pool.emplace_back([&, b, e] { fill_range(*kind, bytes.data(), b, e, p); });
+  }
+  for (auto& th : pool) th.join();
+  return Status();
+}
+
+Status fill_dummy(Tensor& tensor, const DummyOptions& options) {
+  return fill_dummy(tensor.dtype(), tensor.mutable_bytes(), tensor.numel(), options);
+}
+
+namespace cuda {
+
+Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel, const DummyOptions& o, int device) {
+  WL_RETURN_IF_ERROR(check_bounds(o.low, o.high));
+  auto kind = kind_of(dtype);
+  if (!kind) {
+    if (unsupported_float(dtype))
+      return Status::Unimplemented(fmt::format("dummy weights of dtype {} are not supported", dtype_name(dtype)));
+    return Status();
+  }
+  return detail::launch_fill_dummy(*kind, device_ptr, numel, make_params(*kind, o.low, o.high, o.seed), device);
+}
+
+}  // namespace cuda
+}  // namespace wl
