@@ -124,6 +124,34 @@ TEST(Lock, CreatesMissingCacheDirectories) {
   EXPECT_TRUE(::access(lock.path().c_str(), F_OK) == 0);
 }
 
+TEST(Lock, SharedWithAnotherUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run a child as another user";
+  TempDir dir;
+  ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
+  mode_t old = ::umask(077);
+  FileLock mine = get_lock("org/model", dir.path());
+  Status st = mine.acquire();
+  ::umask(old);
+  ASSERT_TRUE(st.ok()) << st.to_string();
+  // A child running as "nobody" opens root's lock file: it must see the lock
+  // held, and get it once released.
+  auto try_as_nobody = [&]() -> int {
+    pid_t pid = ::fork();
+    if (pid == 0) {
+      if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
+      FileLock theirs(mine.path());
+      auto got = theirs.try_acquire();
+      ::_exit(!got.ok() ? 2 : (*got ? 0 : 1));
+    }
+    int status = 0;
+    ::waitpid(pid, &status, 0);
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  };
+  EXPECT_EQ(try_as_nobody(), 1);  // held by us
+  mine.release();
+  EXPECT_EQ(try_as_nobody(), 0);  // theirs now
+}
+
 TEST(Lock, ExcludesAnotherProcess) {
   TempDir dir;
   std::string path = lock_file_path("org/model", dir.path());
