@@ -41,6 +41,41 @@ WL_HD U4 philox4x32(uint64_t counter, uint64_t seed) {
   return U4{{c0, c1, c2, c3}};
 }
 
+// Blocks first_counter .. first_counter+N-1 at once (host only), words in
+// block order: out[4*n + j] is word j of block first_counter + n.
+template <int N>
+inline void philox4x32_lanes(uint64_t first_counter, uint64_t seed, uint32_t* out) {
+  uint32_t c0[N], c1[N], c2[N], c3[N];
+  for (int n = 0; n < N; ++n) {
+    uint64_t ctr = first_counter + static_cast<uint64_t>(n);
+    c0[n] = static_cast<uint32_t>(ctr);
+    c1[n] = static_cast<uint32_t>(ctr >> 32);
+    c2[n] = 0;
+    c3[n] = 0;
+  }
+  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+  for (int r = 0; r < 10; ++r) {
+    for (int n = 0; n < N; ++n) {
+      uint64_t p0 = static_cast<uint64_t>(0xD2511F53u) * c0[n];
+      uint64_t p1 = static_cast<uint64_t>(0xCD9E8D57u) * c2[n];
+      uint32_t n0 = static_cast<uint32_t>(p1 >> 32) ^ c1[n] ^ k0;
+      uint32_t n2 = static_cast<uint32_t>(p0 >> 32) ^ c3[n] ^ k1;
+      c1[n] = static_cast<uint32_t>(p1);
+      c3[n] = static_cast<uint32_t>(p0);
+      c0[n] = n0;
+      c2[n] = n2;
+    }
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  for (int n = 0; n < N; ++n) {
+    out[4 * n] = c0[n];
+    out[4 * n + 1] = c1[n];
+    out[4 * n + 2] = c2[n];
+    out[4 * n + 3] = c3[n];
+  }
+}
+
 // The full-counter form, for known-answer tests.
 WL_HD U4 philox4x32_full(U4 ctr, uint32_t key0, uint32_t key1) {
   uint32_t c0 = ctr.v[0], c1 = ctr.v[1], c2 = ctr.v[2], c3 = ctr.v[3], k0 = key0, k1 = key1;
