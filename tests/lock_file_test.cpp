@@ -53,7 +53,7 @@ struct LockHolder {
     if (h.pid == 0) {
       ::close(ready[0]);
       ::close(release[1]);
-      FileLock lock(path);
+      CrossProcessLock lock(path);
       char ok = lock.acquire().ok() ? 'y' : 'n';
       (void)!::write(ready[1], &ok, 1);
       char c;
@@ -106,7 +106,7 @@ TEST(Lock, TempDirSkipsUnusableTmpdir) {
 TEST(Lock, FileIsWorldWritableWhateverTheUmask) {
   TempDir dir;
   mode_t old = ::umask(077);
-  FileLock lock = get_lock("org/model", dir.path());
+  CrossProcessLock lock = get_lock("org/model", dir.path());
   Status st = lock.acquire();
   ::umask(old);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -119,7 +119,7 @@ TEST(Lock, FileIsWorldWritableWhateverTheUmask) {
 TEST(Lock, CreatesMissingCacheDirectories) {
   TempDir dir;
   std::string cache = dir.path() + "/a/b/c";
-  FileLock lock = get_lock("org/model", cache);
+  CrossProcessLock lock = get_lock("org/model", cache);
   ASSERT_TRUE(lock.acquire().ok());
   EXPECT_TRUE(::access(lock.path().c_str(), F_OK) == 0);
 }
@@ -129,7 +129,7 @@ TEST(Lock, SharedWithAnotherUser) {
   TempDir dir;
   ASSERT_EQ(::chmod(dir.path().c_str(), 0777), 0);
   mode_t old = ::umask(077);
-  FileLock mine = get_lock("org/model", dir.path());
+  CrossProcessLock mine = get_lock("org/model", dir.path());
   Status st = mine.acquire();
   ::umask(old);
   ASSERT_TRUE(st.ok()) << st.to_string();
@@ -139,7 +139,7 @@ TEST(Lock, SharedWithAnotherUser) {
     pid_t pid = ::fork();
     if (pid == 0) {
       if (::setgid(65534) != 0 || ::setuid(65534) != 0) ::_exit(3);
-      FileLock theirs(mine.path());
+      CrossProcessLock theirs(mine.path());
       auto got = theirs.try_acquire();
       ::_exit(!got.ok() ? 2 : (*got ? 0 : 1));
     }
@@ -156,7 +156,7 @@ TEST(Lock, ExcludesAnotherProcess) {
   TempDir dir;
   std::string path = lock_file_path("org/model", dir.path());
   LockHolder holder = LockHolder::start(path);
-  FileLock mine(path);
+  CrossProcessLock mine(path);
   auto got = mine.try_acquire();
   ASSERT_TRUE(got.ok());
   EXPECT_FALSE(*got);
@@ -179,7 +179,7 @@ TEST(Lock, BlockingAcquireWaitsForRelease) {
     ::usleep(100 * 1000);
     child_rc = holder.finish();
   });
-  FileLock mine(path);
+  CrossProcessLock mine(path);
   EXPECT_TRUE(mine.acquire().ok());  // blocks until the child lets go
   releaser.join();
   EXPECT_EQ(child_rc, 0);
@@ -187,8 +187,8 @@ TEST(Lock, BlockingAcquireWaitsForRelease) {
 
 TEST(Lock, TwoObjectsInOneProcessExcludeEachOther) {
   TempDir dir;
-  FileLock a = get_lock("m", dir.path());
-  FileLock b = get_lock("m", dir.path());
+  CrossProcessLock a = get_lock("m", dir.path());
+  CrossProcessLock b = get_lock("m", dir.path());
   ASSERT_TRUE(a.acquire().ok());
   EXPECT_FALSE(*b.try_acquire());
   a.release();
@@ -198,8 +198,8 @@ TEST(Lock, TwoObjectsInOneProcessExcludeEachOther) {
 
 TEST(Lock, IsReentrant) {
   TempDir dir;
-  FileLock a = get_lock("m", dir.path());
-  FileLock other = get_lock("m", dir.path());
+  CrossProcessLock a = get_lock("m", dir.path());
+  CrossProcessLock other = get_lock("m", dir.path());
   ASSERT_TRUE(a.acquire().ok());
   ASSERT_TRUE(a.acquire().ok());
   a.release();
@@ -214,8 +214,8 @@ TEST(Lock, IsReentrant) {
 
 TEST(Lock, GuardReleasesOnScopeExit) {
   TempDir dir;
-  FileLock a = get_lock("m", dir.path());
-  FileLock b = get_lock("m", dir.path());
+  CrossProcessLock a = get_lock("m", dir.path());
+  CrossProcessLock b = get_lock("m", dir.path());
   {
     auto guard = LockGuard::make(a);
     ASSERT_TRUE(guard.ok());
@@ -228,7 +228,7 @@ TEST(Lock, GuardReleasesOnScopeExit) {
 TEST(Lock, UnusableDirectoryIsAnErrorNamingIt) {
   TempDir dir;
   testing::write_bytes(dir.file("plain"), "x");
-  FileLock lock = get_lock("m", dir.file("plain") + "/sub");
+  CrossProcessLock lock = get_lock("m", dir.file("plain") + "/sub");
   Status st = lock.acquire();
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.to_string().find(dir.file("plain")), std::string::npos) << st.to_string();

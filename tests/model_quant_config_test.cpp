@@ -324,7 +324,7 @@ TEST(QuantConfig, RemoteModelDownloadsJsonOnceUnderTheLock) {
     EXPECT_EQ(pattern, "*.json");
     EXPECT_EQ(dir, cache.path());
     // The model lock is held while downloading.
-    FileLock probe = get_lock("org/remote-gptq", cache.path());
+    CrossProcessLock probe = get_lock("org/remote-gptq", cache.path());
     EXPECT_FALSE(*probe.try_acquire());
     return snapshot.path();
   };

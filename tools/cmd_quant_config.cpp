@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "command.h"
+#include "weightlift/hub.h"
 #include "weightlift/quant_config.h"
 
 namespace wl::cli {
@@ -38,6 +39,16 @@ int run_quant_config(const QuantConfigArgs& a) {
   rq.quantization = a.quantization;
   rq.revision = a.revision;
   rq.download_dir = a.download_dir;
+  // Remote models: the Hub client fetches the *.json files (cache = --download-dir).
+  rq.download = [](const std::string& repo, const std::string& revision, const std::string& pattern,
+                   const std::string& dir) -> Result<std::string> {
+    SnapshotOptions s;
+    if (!revision.empty()) s.revision = revision;
+    s.allow_patterns = {pattern};
+    HubOptions o;
+    o.cache_dir = dir;
+    return snapshot_download(repo, s, o);
+  };
   auto parse = [](const std::string& text, const char* flag, nlohmann::json* out) -> bool {
     try {
       *out = nlohmann::json::parse(text);
@@ -66,7 +77,7 @@ int run_quant_config(const QuantConfigArgs& a) {
 
 RunFn setup_quant_config(CLI::App& sub) {
   auto a = std::make_shared<QuantConfigArgs>();
-  sub.add_option("model", a->model, "model folder (or hub repo id, once a downloader is configured)");
+  sub.add_option("model", a->model, "model folder or Hugging Face Hub repo id");
   sub.add_option("--quantization,-q", a->quantization, "quantization method (awq, gptq, fp8, modelopt, ...)");
   sub.add_option("--hf-overrides", a->hf_overrides, "JSON object (quantization_config_file / _dict_json)");
   sub.add_option("--online", a->online, "online quantization arguments (JSON)");

@@ -7,7 +7,7 @@
 // (TMPDIR, TEMP, TMP, /tmp, /var/tmp, /usr/tmp, the working directory: the
 // first writable one). The file gets mode 0666 whatever the umask, so users
 // sharing a cache share the lock. flock locks belong to an open file
-// description: two FileLock objects exclude each other even in one process,
+// description: two CrossProcessLock objects exclude each other even in one process,
 // so threads and processes are treated alike. Lock files are never deleted
 // (deleting one while another process waits on it would break exclusion).
 #pragma once
@@ -31,13 +31,13 @@ std::string lock_file_path(std::string_view model_name_or_path, std::string_view
 // A re-entrant exclusive lock on one lock file. Not thread-safe per object:
 // share a path, not an object, between threads. Move-only; the destructor
 // releases a held lock.
-class FileLock {
+class CrossProcessLock {
  public:
-  explicit FileLock(std::string path) : path_(std::move(path)) {}
-  FileLock(FileLock&& o) noexcept;
-  FileLock& operator=(FileLock&&) = delete;
-  FileLock(const FileLock&) = delete;
-  ~FileLock();
+  explicit CrossProcessLock(std::string path) : path_(std::move(path)) {}
+  CrossProcessLock(CrossProcessLock&& o) noexcept;
+  CrossProcessLock& operator=(CrossProcessLock&&) = delete;
+  CrossProcessLock(const CrossProcessLock&) = delete;
+  ~CrossProcessLock();
 
   // Blocks until the lock is held. timeout_s < 0 waits forever; otherwise
   // polls every `poll_s` seconds and fails with kUnavailable after timeout_s.
@@ -59,12 +59,12 @@ class FileLock {
 };
 
 // get_lock(): the lock object for a model (not yet acquired).
-FileLock get_lock(std::string_view model_name_or_path, std::string_view cache_dir = {});
+CrossProcessLock get_lock(std::string_view model_name_or_path, std::string_view cache_dir = {});
 
 // RAII: acquires in make(), releases in the destructor.
 class LockGuard {
  public:
-  static Result<LockGuard> make(FileLock& lock, double timeout_s = -1);
+  static Result<LockGuard> make(CrossProcessLock& lock, double timeout_s = -1);
   LockGuard(LockGuard&& o) noexcept : lock_(std::exchange(o.lock_, nullptr)) {}
   LockGuard& operator=(LockGuard&&) = delete;
   ~LockGuard() {
@@ -72,8 +72,8 @@ class LockGuard {
   }
 
  private:
-  explicit LockGuard(FileLock* lock) : lock_(lock) {}
-  FileLock* lock_;
+  explicit LockGuard(CrossProcessLock* lock) : lock_(lock) {}
+  CrossProcessLock* lock_;
 };
 
 // The writer handed to atomic_write's callback: bytes go to a temporary file

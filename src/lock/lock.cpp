@@ -72,21 +72,21 @@ std::string lock_file_path(std::string_view model_name_or_path, std::string_view
   return dir + file;
 }
 
-FileLock get_lock(std::string_view model_name_or_path, std::string_view cache_dir) {
-  return FileLock(lock_file_path(model_name_or_path, cache_dir));
+CrossProcessLock get_lock(std::string_view model_name_or_path, std::string_view cache_dir) {
+  return CrossProcessLock(lock_file_path(model_name_or_path, cache_dir));
 }
 
-FileLock::FileLock(FileLock&& o) noexcept
+CrossProcessLock::CrossProcessLock(CrossProcessLock&& o) noexcept
     : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), count_(std::exchange(o.count_, 0)) {}
 
-FileLock::~FileLock() {
+CrossProcessLock::~CrossProcessLock() {
   if (fd_ >= 0) {
     ::flock(fd_, LOCK_UN);
     ::close(fd_);
   }
 }
 
-Status FileLock::open_file() {
+Status CrossProcessLock::open_file() {
   if (fd_ >= 0) return Status();
   WL_RETURN_IF_ERROR(make_dirs(parent_dir(path_)));
   int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
@@ -98,7 +98,7 @@ Status FileLock::open_file() {
   return Status();
 }
 
-Result<bool> FileLock::try_acquire() {
+Result<bool> CrossProcessLock::try_acquire() {
   if (count_ > 0) {
     ++count_;
     return true;
@@ -114,7 +114,7 @@ Result<bool> FileLock::try_acquire() {
   return Status::FromErrno(err, "cannot lock").with_file(path_);
 }
 
-Status FileLock::acquire(double timeout_s, double poll_s) {
+Status CrossProcessLock::acquire(double timeout_s, double poll_s) {
   if (count_ > 0) {
     ++count_;
     return Status();
@@ -142,7 +142,7 @@ Status FileLock::acquire(double timeout_s, double poll_s) {
   }
 }
 
-void FileLock::release() {
+void CrossProcessLock::release() {
   if (count_ == 0) return;
   if (--count_ > 0) return;
   if (fd_ >= 0) {
@@ -151,7 +151,7 @@ void FileLock::release() {
   }
 }
 
-Result<LockGuard> LockGuard::make(FileLock& lock, double timeout_s) {
+Result<LockGuard> LockGuard::make(CrossProcessLock& lock, double timeout_s) {
   WL_RETURN_IF_ERROR(lock.acquire(timeout_s));
   return LockGuard(&lock);
 }

@@ -87,7 +87,7 @@ Result<std::string> json_folder(const std::string& model, const std::string& rev
   if (!download)
     return Status::NotFound(fmt::format(
         "'{}' is not a local folder, and no downloader is configured to fetch its *.json files", model));
-  FileLock lock = get_lock(model, download_dir);
+  CrossProcessLock lock = get_lock(model, download_dir);
   WL_ASSIGN_OR_RETURN(LockGuard guard, LockGuard::make(lock));
   return download(model, revision, "*.json", download_dir);
 }
