@@ -1,9 +1,10 @@
-// weightlift sparse-attention-config MODEL [--file NAME]
+// weightlift sparse-attention-config MODEL [--file NAME] [--revision R] [--download-dir DIR]
 // Prints the model's sparse_attention_config.json, or {} when it has none.
 #include <cstdio>
 #include <memory>
 
 #include "command.h"
+#include "weightlift/hub.h"
 #include "weightlift/quant_config.h"
 
 namespace wl::cli {
@@ -12,14 +13,27 @@ namespace {
 struct SparseArgs {
   std::string model;
   std::string file = "sparse_attention_config.json";
+  std::string revision;
+  std::string download_dir;
 };
 
 RunFn setup_sparse(CLI::App& sub) {
   auto a = std::make_shared<SparseArgs>();
-  sub.add_option("model", a->model, "model folder")->required();
+  sub.add_option("model", a->model, "model folder or Hugging Face Hub repo id")->required();
   sub.add_option("--file", a->file, "config file name");
+  sub.add_option("--revision", a->revision, "hub revision");
+  sub.add_option("--download-dir", a->download_dir, "download cache (also where the lock lives)");
   return [a] {
-    auto r = get_sparse_attention_config(a->model, "", "", {}, a->file);
+    JsonDownloader download = [](const std::string& repo, const std::string& revision, const std::string& pattern,
+                                 const std::string& dir) -> Result<std::string> {
+      SnapshotOptions s;
+      if (!revision.empty()) s.revision = revision;
+      s.allow_patterns = {pattern};
+      HubOptions o;
+      o.cache_dir = dir;
+      return snapshot_download(repo, s, o);
+    };
+    auto r = get_sparse_attention_config(a->model, a->revision, a->download_dir, download, a->file);
     if (!r.ok()) return fail(r.status());
     std::printf("%s\n", r->dump(2).c_str());
     return 0;
