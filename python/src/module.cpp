@@ -116,6 +116,21 @@ struct CowMapping {
   }
 };
 
+// The whole file mapped copy-on-write; null for an empty file or one without
+// a descriptor (then callers read private copies instead).
+std::shared_ptr<CowMapping> map_cow(const wl::RandomAccessFile& f) {
+  if (f.fd() < 0 || f.size() == 0) return nullptr;
+  auto m = std::make_shared<CowMapping>();
+  m->size = f.size();
+  m->base = ::mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, f.fd(), 0);
+  if (m->base == MAP_FAILED) {
+    m->base = nullptr;
+    raise(wl::Status::FromErrno(errno, "cannot mmap").with_file(f.path()));
+  }
+  ::madvise(m->base, m->size, MADV_SEQUENTIAL);
+  return m;
+}
+
 // ---- SafetensorsFile ----------------------------------------------------------
 
 class PySafetensorsFile {
@@ -130,17 +145,7 @@ class PySafetensorsFile {
       raise(wl::Status::InvalidArgument("unknown strategy '" + strategy + "' (expected lazy or eager)").with_file(path));
     auto raw = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kPread}));
     file_ = unwrap(wl::SafetensorsFile::open(raw, wl::LoadMode::kLazy));
-    if (raw->fd() >= 0 && raw->size() > 0) {
-      auto m = std::make_shared<CowMapping>();
-      m->size = raw->size();
-      m->base = ::mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, raw->fd(), 0);
-      if (m->base == MAP_FAILED) {
-        m->base = nullptr;
-        raise(wl::Status::FromErrno(errno, "cannot mmap").with_file(path));
-      }
-      ::madvise(m->base, m->size, MADV_SEQUENTIAL);
-      cow_ = std::move(m);
-    }
+    cow_ = map_cow(*raw);
   }
 
   const std::string& path() const { return file_->path(); }
@@ -203,6 +208,14 @@ class PyCheckpoint {
   explicit PyCheckpoint(const std::string& path) {
     nb::gil_scoped_release nogil;
     reader_ = unwrap(wl::open_checkpoint(path));
+    // Tensors stored contiguously (file_offset known) become zero-copy views
+    // of a private copy-on-write mapping; the others are read into copies.
+    bool any_offset = false;
+    for (auto& t : reader_->tensors()) any_offset |= t.file_offset.has_value();
+    if (any_offset) {
+      auto raw = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kPread}));
+      cow_ = map_cow(*raw);
+    }
   }
   const std::string& path() const { return reader_->path(); }
   std::string format() const { return std::string(reader_->format_name()); }
@@ -211,19 +224,26 @@ class PyCheckpoint {
     for (auto& t : reader_->tensors()) out.emplace_back(t.name, std::string(wl::dtype_name(t.dtype)), t.shape, t.nbytes);
     return out;
   }
-  // An owned, writable copy (the reader's views may point into a read-only mapping).
-  nb::tuple read(size_t index) const {
+  // (dtype, shape, bytes): zero-copy where the bytes lie contiguously in the
+  // file, else an owned copy (never the reader's read-only mapping).
+  nb::tuple get(size_t index) const {
     if (index >= reader_->tensors().size()) raise(wl::Status::OutOfRange("tensor index out of range").with_file(path()));
-    wl::Tensor t;
+    const wl::CheckpointTensor& t = reader_->tensors()[index];
+    if (cow_ && t.file_offset && *t.file_offset <= cow_->size && t.nbytes <= cow_->size - *t.file_offset) {
+      auto span = std::span<const std::byte>(static_cast<const std::byte*>(cow_->base) + *t.file_offset, t.nbytes);
+      return nb::make_tuple(std::string(wl::dtype_name(t.dtype)), nb::cast(t.shape), bytes_array(span, cow_));
+    }
+    wl::Tensor copy;
     {
       nb::gil_scoped_release nogil;
-      t = unwrap(reader_->read(index));
+      copy = unwrap(reader_->read(index));
     }
-    return tensor_tuple(t.view());
+    return tensor_tuple(copy.view());
   }
 
  private:
   std::unique_ptr<wl::CheckpointReader> reader_;
+  std::shared_ptr<CowMapping> cow_;
 };
 
 // ---- the streaming loader ---------------------------------------------------------
@@ -367,7 +387,7 @@ NB_MODULE(_core, m) {
       .def_prop_ro("path", &PyCheckpoint::path)
       .def_prop_ro("format", &PyCheckpoint::format)
       .def("tensors", &PyCheckpoint::tensors)
-      .def("read", &PyCheckpoint::read, "index"_a);
+      .def("get", &PyCheckpoint::get, "index"_a);
 
   nb::class_<Stream>(m, "Stream")
       .def(nb::init<std::vector<std::string>, const std::string&, uint64_t>(), "files"_a, "strategy"_a = "lazy",

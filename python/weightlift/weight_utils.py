@@ -381,7 +381,7 @@ def _pt_items(bin_file: str, pt_load_map_location) -> Iterable[tuple[str, Any]]:
         if ck is not None:
             out = []
             for i, (name, dtype, shape, _) in enumerate(ck.tensors()):
-                d, s, data = ck.read(i)
+                d, s, data = ck.get(i)
                 out.append((name, to_torch(d, s, data, name, ck.path)))
             return out
     state = torch.load(bin_file, map_location=pt_load_map_location, weights_only=True)

@@ -292,3 +292,18 @@ def test_progress_bar_format(tmp_path, capsys):
     assert "Loading safetensors checkpoint shards: 100% Completed | 2/2" in err
     list(wu.safetensors_weights_iterator(files, False))
     assert capsys.readouterr().err == ""
+
+
+def test_progress_bar_only_on_rank_0(tmp_path, capsys, monkeypatch):
+    from safetensors.torch import save_file
+
+    p = str(tmp_path / "model.safetensors")
+    save_file({"w": torch.zeros(2)}, p)
+    monkeypatch.setattr(torch.distributed, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.distributed, "get_world_size", lambda: 2)
+    for rank, shown in ((1, False), (0, True)):
+        monkeypatch.setattr(torch.distributed, "get_rank", lambda r=rank: r)
+        assert wu.enable_tqdm(True) is shown
+        list(wu.safetensors_weights_iterator([p], True, "lazy"))
+        list(wu.pt_weights_iterator([], True))
+        assert ("Loading safetensors checkpoint shards" in capsys.readouterr().err) is shown
