@@ -695,16 +695,36 @@ def remap_moe_expert_weights(weights: Iterable[tuple[str, torch.Tensor]],
 
 
 # ---- Hugging Face Hub ---------------------------------------------------------------------------------
+#
+# The downloads run in C++ (libcurl; parallel ranged requests for large files)
+# into the very cache huggingface_hub uses. huggingface_hub itself is optional:
+# when it is installed its HF_HUB_OFFLINE constant is honoured (as the
+# reference does) and an offline miss raises its LocalEntryNotFoundError.
 
 
-def _hf():
+def _hf_offline() -> bool | None:
     try:
-        import huggingface_hub
-        import huggingface_hub.constants  # noqa: F401
-    except ImportError as e:
-        raise ImportError("downloading from the Hugging Face Hub needs huggingface_hub "
-                          "(pip install 'weightlift[hub]')") from e
-    return huggingface_hub
+        import huggingface_hub.constants as c
+    except ImportError:
+        return None  # the engine reads $HF_HUB_OFFLINE itself
+    return bool(c.HF_HUB_OFFLINE)
+
+
+def _offline_miss(e: FileNotFoundError, offline: bool | None) -> Exception:
+    if offline is None:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+    if offline:
+        try:
+            from huggingface_hub.utils import LocalEntryNotFoundError
+        except ImportError:
+            return e
+        return LocalEntryNotFoundError(str(e))
+    return e
+
+
+def _log_lines(lines) -> None:
+    for line in lines:
+        logger.info("%s", line)
 
 
 def download_weights_from_hf(
@@ -715,49 +735,28 @@ def download_weights_from_hf(
     subfolder: str | None = None,
     ignore_patterns: str | list[str] | None = None,
 ) -> str:
-    """Downloads a model's weight files into the Hub cache; returns the
+    """Downloads a model's weight files into the Hub cache and returns the
     snapshot folder. With "*.safetensors" allowed and an index in the repo,
-    only the files the index names are fetched; otherwise the first pattern
-    that matches any file in the repo. Offline (HF_HUB_OFFLINE) only the cache
-    is used. Runs under the model's lock."""
-    import fnmatch
-
-    hf = _hf()
+    exactly the files its weight_map names are fetched; otherwise the first
+    allowed pattern that matches a file of the repo. Offline, only the cache
+    is used (LocalEntryNotFoundError when the files are not there). Holds the
+    model's lock (get_lock) while downloading."""
     assert len(allow_patterns) > 0
-    local_only = hf.constants.HF_HUB_OFFLINE
-    patterns: list = list(allow_patterns)
-    if not local_only:
-        try:
-            fs = hf.HfFileSystem()
-            file_list = fs.ls(os.path.join(model_name_or_path, subfolder or ""), detail=False, revision=revision)
-            index = f"{model_name_or_path}/{SAFE_WEIGHTS_INDEX_NAME}"
-            if "*.safetensors" in patterns and index in file_list:
-                index_path = hf.hf_hub_download(repo_id=model_name_or_path, filename=SAFE_WEIGHTS_INDEX_NAME,
-                                                cache_dir=cache_dir, revision=revision, subfolder=subfolder)
-                with open(index_path) as f:
-                    weight_map = json.load(f)["weight_map"]
-                patterns = [sorted(set(weight_map.values()))] if weight_map else ["*.safetensors"]
-            else:
-                for p in patterns:
-                    if fnmatch.filter(file_list, p):
-                        patterns = [p]
-                        break
-        except Exception as e:
-            logger.warning("Failed to get file list for '%s'. Trying each pattern in allow_patterns individually "
-                           "until weights have been downloaded. Error: %s", model_name_or_path, e)
-    with get_lock(model_name_or_path, cache_dir):
-        start = time.perf_counter()
-        hf_folder = None
-        for pattern in patterns:
-            hf_folder = hf.snapshot_download(model_name_or_path, allow_patterns=pattern,
-                                             ignore_patterns=ignore_patterns, cache_dir=cache_dir,
-                                             revision=revision, local_files_only=local_only)
-            if isinstance(pattern, list) or any(Path(hf_folder).glob(pattern)):
-                break
-        took = time.perf_counter() - start
-        if took > 0.5:
-            logger.info("Time spent downloading weights for %s: %.6f seconds", model_name_or_path, took)
-    return hf_folder
+    if isinstance(ignore_patterns, str):
+        ignore_patterns = [ignore_patterns]
+    offline = _hf_offline()
+    start = time.perf_counter()
+    try:
+        folder, lines = _core.download_weights_from_hf(
+            model_name_or_path, list(allow_patterns), revision or "main", list(ignore_patterns or []),
+            os.fspath(cache_dir) if cache_dir else "", offline, subfolder or "")
+    except FileNotFoundError as e:
+        raise _offline_miss(e, offline) from None
+    _log_lines(lines)
+    took = time.perf_counter() - start
+    if took > 0.5:
+        logger.info("Time spent downloading weights for %s: %.6f seconds", model_name_or_path, took)
+    return folder
 
 
 def download_safetensors_index_file_from_hf(
@@ -767,15 +766,9 @@ def download_safetensors_index_file_from_hf(
     subfolder: str | None = None,
     revision: str | None = None,
 ) -> None:
-    """Fetches the safetensors index into the cache when the repo has one;
-    a missing index (remote or, offline, in the cache) is not an error."""
-    hf = _hf()
-    with get_lock(model_name_or_path, cache_dir):
-        try:
-            hf.hf_hub_download(repo_id=model_name_or_path, filename=index_file, cache_dir=cache_dir,
-                               revision=revision, subfolder=subfolder,
-                               local_files_only=hf.constants.HF_HUB_OFFLINE)
-        except hf.utils.LocalEntryNotFoundError:
-            logger.info("No %s found in local cache.", index_file)
-        except hf.utils.EntryNotFoundError:
-            logger.info("No %s found in remote.", index_file)
+    """Fetches the safetensors index into the cache when the repo has one; a
+    missing index (remote, or offline in the cache) is only logged."""
+    lines = _core.download_safetensors_index_file_from_hf(
+        model_name_or_path, index_file, revision or "main", os.fspath(cache_dir) if cache_dir else "",
+        _hf_offline(), subfolder or "")
+    _log_lines(lines)

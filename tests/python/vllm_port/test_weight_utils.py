@@ -212,6 +212,10 @@ def test_get_lock(tmp_path):
     with lock:
         assert os.path.exists(lock.lock_file)
     assert os.path.dirname(wu.get_lock("x").lock_file) == tempfile.gettempdir()
+    # The engine's lock (weightlift download, the C++ Hub client) is the same file.
+    from weightlift import _core
+
+    assert _core.model_lock_path("org/model", cache) == lock.lock_file
 
 
 def test_atomic_writer(tmp_path, caplog):
