@@ -19,6 +19,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -38,6 +39,9 @@
 #include "weightlift/io.h"
 #include "weightlift/loader.h"
 #include "weightlift/safetensors.h"
+#if __has_include("weightlift/shard.h")
+#include "weightlift/shard.h"
+#endif
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
@@ -255,11 +259,12 @@ class PyCheckpoint {
 
 class Stream {
  public:
-  Stream(std::vector<std::string> files, const std::string& strategy, uint64_t max_queued_bytes)
+  Stream(std::vector<std::string> files, const std::string& strategy, uint64_t max_queued_bytes, const nb::dict& engine)
       : max_bytes_(std::max<uint64_t>(max_queued_bytes, 1)) {
     auto s = wl::strategy_from_name(strategy);
-    if (!s) raise(wl::Status::InvalidArgument("unknown strategy '" + strategy + "' (expected lazy or eager)"));
+    if (!s) raise(wl::Status::InvalidArgument("unknown strategy '" + strategy + "'"));
     opts_.strategy = *s;
+    configure(engine);
     opts_.progress = [this](const wl::LoadProgress& p) {
       std::lock_guard lk(mu_);
       progress_ = p;
@@ -284,6 +289,45 @@ class Stream {
     });
   }
   ~Stream() { close(); }
+
+  // The engine's options, by name (Python's keyword arguments); an option
+  // this build's engine does not have is a ValueError naming it.
+  void configure(const nb::dict& engine) {
+    for (auto [k, v] : engine) {
+      std::string key = nb::cast<std::string>(k);
+#if __has_include("weightlift/shard.h")  // the engine with parallel strategies, TP and EP
+      if (key == "threads") { opts_.threads = nb::cast<int>(v); continue; }
+      if (key == "block_size") { opts_.block_size = nb::cast<uint64_t>(v); continue; }
+      if (key == "rank") { opts_.rank = nb::cast<int>(v); continue; }
+      if (key == "world_size") { opts_.world_size = nb::cast<int>(v); continue; }
+      if (key == "tp_rank") { opts_.tp_rank = nb::cast<int64_t>(v); continue; }
+      if (key == "tp_size") { opts_.tp_size = nb::cast<int64_t>(v); continue; }
+      if (key == "max_memory") { opts_.max_memory = nb::cast<uint64_t>(v); continue; }
+      if (key == "shard_rules") {
+        for (auto rule : nb::cast<std::vector<std::string>>(v)) opts_.shard_rules.push_back(unwrap(wl::parse_shard_rule(rule)));
+        continue;
+      }
+      if (key == "local_expert_ids") {
+        if (!v.is_none()) {
+          std::set<int64_t> ids;
+          for (auto id : nb::cast<std::vector<int64_t>>(v)) ids.insert(id);
+          opts_.local_experts = std::move(ids);
+        }
+        continue;
+      }
+      if (key == "direct") {
+        std::string d = nb::cast<std::string>(v);
+        if (d == "auto") opts_.direct = wl::DirectIo::kAuto;
+        else if (d == "on") opts_.direct = wl::DirectIo::kOn;
+        else if (d == "off") opts_.direct = wl::DirectIo::kOff;
+        else raise(wl::Status::InvalidArgument("direct must be auto, on or off, not '" + d + "'"));
+        continue;
+      }
+#endif
+      if (key == "local_expert_ids" && v.is_none()) continue;
+      raise(wl::Status::InvalidArgument("this build's loader has no option '" + key + "'"));
+    }
+  }
 
   void close() {
     {
@@ -391,8 +435,8 @@ NB_MODULE(_core, m) {
       .def("get", &PyCheckpoint::get, "index"_a);
 
   nb::class_<Stream>(m, "Stream")
-      .def(nb::init<std::vector<std::string>, const std::string&, uint64_t>(), "files"_a, "strategy"_a = "lazy",
-           "max_queued_bytes"_a = uint64_t{1} << 30)
+      .def(nb::init<std::vector<std::string>, const std::string&, uint64_t, const nb::dict&>(), "files"_a,
+           "strategy"_a = "lazy", "max_queued_bytes"_a = uint64_t{1} << 30, "engine"_a = nb::dict())
       .def("__iter__", [](nb::handle self) { return self; })
       .def("__next__", &Stream::next)
       .def("close", &Stream::close)

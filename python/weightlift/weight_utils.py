@@ -450,35 +450,48 @@ def stream_weights(
     use_tqdm_on_load: bool = False,
     local_expert_ids: set[int] | None = None,
     max_queued_bytes: int = 1 << 30,
+    **engine,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """weightlift's own streaming iterator: the C++ loader reads the files on a
     background thread (GIL released) while you consume, holding at most
     `max_queued_bytes` of finished tensors ahead of you. Yields (name, tensor)
-    in file order; each tensor owns private memory (lazy: its own buffer;
-    eager: a view of its file's buffer). `path_or_files` is a model folder, a
-    file, or a list of .safetensors files."""
+    in the engine's order (file order for lazy/eager); each tensor owns
+    private memory. `path_or_files` is a model folder, a file, or a list of files.
+
+    strategy and `engine` options are the C++ loader's (see docs/engine.md):
+    strategy lazy | eager | prefetch | auto | threads | stream; threads,
+    block_size, rank, world_size (prefetch striping), tp_rank, tp_size,
+    shard_rules (["*.q_proj.weight:0", ...]: read only this rank's slice),
+    max_memory, direct ("auto" | "on" | "off"). With local_expert_ids, other
+    ranks' expert weights are skipped (unread where the engine filters)."""
     if isinstance(path_or_files, (str, os.PathLike)):
-        files, fmt = _core.find_weight_files(os.fspath(path_or_files))
-        if fmt != "safetensors":
-            raise ValueError(f"{os.fspath(path_or_files)}: stream_weights reads safetensors; "
-                             f"use pt_weights_iterator for {fmt} files")
+        files, _fmt = _core.find_weight_files(os.fspath(path_or_files))
     else:
         files = [os.fspath(f) for f in path_or_files]
-    stream = _core.Stream(files, strategy, max_queued_bytes)
+    opts = dict(engine)
+    if local_expert_ids is not None:
+        opts["local_expert_ids"] = sorted(local_expert_ids)
+    try:
+        stream = _core.Stream(files, strategy, max_queued_bytes, opts)
+    except ValueError as e:
+        if "local_expert_ids" not in str(e):
+            raise
+        opts.pop("local_expert_ids")  # an engine without the filter: filter here instead
+        stream = _core.Stream(files, strategy, max_queued_bytes, opts)
     bar = _tqdm(None, total=len(files), desc="Loading safetensors checkpoint shards",
                 disable=not enable_tqdm(use_tqdm_on_load))
-    last_file = None
+    seen_files: set[str] = set()
     try:
         for name, file, dtype, shape, data in stream:
-            if file != last_file:
-                if last_file is not None:
-                    bar.update(1)
-                last_file = file
+            if file not in seen_files:
+                seen_files.add(file)
+                bar.n = len(seen_files) - 1
+                bar.refresh()
             if should_skip_weight(name, local_expert_ids):
                 continue
             yield name, to_torch(dtype, shape, data, name, file)
-        if last_file is not None:
-            bar.update(1)
+        bar.n = len(files)
+        bar.refresh()
     finally:
         stream.close()
         bar.close()

@@ -132,6 +132,39 @@ def test_stream_weights_matches(synth_model, strategy):
         assert _same(t, ref[name]), name
 
 
+@pytest.mark.parametrize("strategy,opts", [
+    ("prefetch", {"threads": 2, "block_size": 1 << 20}), ("auto", {}), ("threads", {"threads": 2}),
+    ("stream", {"threads": 2, "block_size": 1 << 20, "max_memory": 4 << 20, "direct": "off"}),
+])
+def test_stream_weights_engine_strategies_match(synth_model, strategy, opts):
+    """The engine's parallel strategies (where this build has them) give the same tensors."""
+    d, files = synth_model
+    ref = _reference_safetensors(files)
+    try:
+        got = list(weightlift.stream_weights(str(d), strategy, **opts))
+    except ValueError as e:
+        if "unknown strategy" in str(e) or "has no option" in str(e):
+            pytest.skip(f"this build's engine has no {strategy}: {e}")
+        raise
+    assert sorted(n for n, _ in got) == sorted(ref)
+    for name, t in got:
+        assert _same(t, ref[name]), name
+
+
+def test_stream_weights_expert_filter(tmp_path):
+    t = {"model.embed.weight": torch.randn(4, 4)}
+    for e in range(4):
+        t[f"model.layers.0.mlp.experts.{e}.up_proj.weight"] = torch.randn(2, 4)
+        t[f"model.layers.0.mlp.experts.{e}.up_proj.weight_scale"] = torch.randn(1)
+    p = str(tmp_path / "model.safetensors")
+    st_save_file(t, p)
+    got = dict(weightlift.stream_weights([p], local_expert_ids={1, 2}))
+    assert set(got) == set(t) - {"model.layers.0.mlp.experts.0.up_proj.weight",
+                                 "model.layers.0.mlp.experts.3.up_proj.weight"}
+    for n, v in got.items():
+        assert _same(v, t[n])
+
+
 def test_stream_weights_closed_early(synth_model):
     """Abandoning the stream stops the background loader without error."""
     _, files = synth_model

@@ -85,6 +85,8 @@ def test_bad_arguments(tmp_path):
         list(wu.safetensors_weights_iterator([p], False, "fast"))
     with pytest.raises(ValueError, match="unknown strategy 'fast'"):
         list(weightlift.stream_weights([p], "fast"))
+    with pytest.raises(ValueError, match="no option 'colour'"):
+        list(weightlift.stream_weights([p], colour="blue"))
     with pytest.raises(ValueError, match="framework"):
         weightlift.safe_open(p, framework="tf")
     with pytest.raises(ValueError, match="max_workers"):
