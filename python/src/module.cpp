@@ -42,6 +42,9 @@
 #if __has_include("weightlift/shard.h")
 #include "weightlift/shard.h"
 #endif
+#if __has_include("weightlift/expert_filter.h")
+#include "weightlift/expert_filter.h"
+#endif
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
@@ -521,6 +524,20 @@ NB_MODULE(_core, m) {
       },
       "model"_a, "index_file"_a, "revision"_a, "cache_dir"_a, "offline"_a.none(), "subfolder"_a);
   m.def("model_lock_path", &wl::model_lock_path, "model"_a, "cache_dir"_a);
+
+#if __has_include("weightlift/expert_filter.h")
+  // The engine's expert filter (the Python one in weightlift.ep_weight_filter
+  // must agree with it; tests/python checks both on the same names).
+  m.def("parse_expert_id", [](const std::string& name) { return wl::parse_expert_id(name); }, "name"_a);
+  m.def(
+      "should_skip_weight",
+      [](const std::string& name, std::optional<std::vector<int64_t>> ids) {
+        std::optional<std::set<int64_t>> local;
+        if (ids) local = std::set<int64_t>(ids->begin(), ids->end());
+        return wl::should_skip_weight(name, local);
+      },
+      "name"_a, "local_expert_ids"_a.none());
+#endif
 
   // write_safetensors(path, [(name, dtype, shape, bytes)], metadata): atomic.
   m.def(
