@@ -34,6 +34,8 @@
 #include <nanobind/stl/vector.h>
 
 #include "weightlift/checkpoint.h"
+#include "weightlift/convert.h"
+#include "weightlift/npy.h"
 #include "weightlift/dtype.h"
 #include "weightlift/hub.h"
 #include "weightlift/io.h"
@@ -524,6 +526,32 @@ NB_MODULE(_core, m) {
       },
       "model"_a, "index_file"_a, "revision"_a, "cache_dir"_a, "offline"_a.none(), "subfolder"_a);
   m.def("model_lock_path", &wl::model_lock_path, "model"_a, "cache_dir"_a);
+
+  // ---- conversion and the NumPy cache ------------------------------------------------
+  m.def(
+      "convert_pytorch_to_safetensors",
+      [](const std::string& input, const std::string& output) {
+        wl::ConvertResult r;
+        {
+          nb::gil_scoped_release nogil;
+          r = unwrap(wl::convert_pytorch_to_safetensors(input, output));
+        }
+        nb::dict d;
+        d["tensors"] = r.tensors;
+        d["dropped"] = r.dropped;
+        d["input_bytes"] = r.input_bytes;
+        d["output_bytes"] = r.output_bytes;
+        return d;
+      },
+      "input"_a, "output"_a);
+  m.def(
+      "np_cache_prepare",
+      [](const std::vector<std::string>& files, const std::string& hf_folder, const std::string& lock_path) {
+        nb::gil_scoped_release nogil;
+        wl::NpCacheResult r = unwrap(wl::np_cache_prepare(files, hf_folder, lock_path));
+        return std::make_tuple(r.np_folder, r.names, r.dumped);
+      },
+      "files"_a, "hf_folder"_a, "lock_path"_a);
 
 #if __has_include("weightlift/expert_filter.h")
   // The engine's expert filter (the Python one in weightlift.ep_weight_filter

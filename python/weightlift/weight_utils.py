@@ -28,8 +28,6 @@ import numpy as np
 import torch
 
 from . import _core
-from ._st import load_file as _st_load_file
-from ._st import save_file as _st_save_file
 from ._tensors import to_torch
 from .ep_weight_filter import should_skip_weight
 
@@ -419,25 +417,19 @@ def np_cache_weights_iterator(
     hf_weights_files: list[str],
     use_tqdm_on_load: bool,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
-    """Converts the PyTorch files to one .npy per tensor under <hf_folder>/np
-    (once, under the model's lock), then yields them from there: each array is
-    a copy-on-write mapping of its .npy file."""
-    np_folder = os.path.join(hf_folder, "np")
-    os.makedirs(np_folder, exist_ok=True)
-    names_file = os.path.join(np_folder, "weight_names.json")
-    with get_lock(model_name_or_path, cache_dir):
-        if not os.path.exists(names_file):
-            names: list[str] = []
-            for bin_file in _tqdm(hf_weights_files, desc="Loading np_cache checkpoint shards",
-                                  disable=not enable_tqdm(use_tqdm_on_load)):
-                for name, param in _pt_items(bin_file, "cpu"):
-                    with atomic_writer(os.path.join(np_folder, name), "wb") as f:
-                        np.save(f, param.cpu().detach().numpy())
-                    names.append(name)
-            with atomic_writer(names_file, "w") as f:
-                json.dump(names, f)
-    with open(names_file) as f:
-        names = json.load(f)
+    """Converts the weight files to one .npy per tensor under <hf_folder>/np
+    (once, by the first process, under the model's lock: get_lock's file),
+    then yields them from there in dump order; each tensor is a
+    copy-on-write mapping of its .npy file."""
+    bar = _tqdm(None, total=len(hf_weights_files), desc="Loading np_cache checkpoint shards",
+                disable=not enable_tqdm(use_tqdm_on_load))
+    try:
+        lock = _core.model_lock_path(str(model_name_or_path), cache_dir or temp_dir)
+        np_folder, names, _ = _core.np_cache_prepare([os.fspath(f) for f in hf_weights_files],
+                                                     os.fspath(hf_folder), lock)
+        bar.update(len(hf_weights_files))
+    finally:
+        bar.close()
     for name in names:
         arr = np.load(os.path.join(np_folder, name), mmap_mode="c")
         yield name, torch.from_numpy(arr)
@@ -508,29 +500,18 @@ def _shared_pointers(tensors: dict[str, torch.Tensor]) -> list[list[str]]:
 
 
 def convert_bin_to_safetensor_file(pt_filename: str, sf_filename: str) -> None:
-    """Rewrites a PyTorch checkpoint as safetensors (metadata {"format": "pt"}):
-    unwraps "state_dict", keeps the first name of tensors sharing memory, then
-    checks the new file (size within 1%, every tensor equal); RuntimeError if not."""
-    loaded = torch.load(pt_filename, map_location="cpu", weights_only=True)
-    if "state_dict" in loaded:
-        loaded = loaded["state_dict"]
-    for names in _shared_pointers(loaded):
-        for name in names[1:]:
-            loaded.pop(name)
-    loaded = {k: v.contiguous() for k, v in loaded.items()}
-    dirname = os.path.dirname(sf_filename)
-    if dirname:
-        os.makedirs(dirname, exist_ok=True)
-    _st_save_file(loaded, sf_filename, metadata={"format": "pt"})
-    sf_size = os.stat(sf_filename).st_size
-    pt_size = os.stat(pt_filename).st_size
-    if (sf_size - pt_size) / pt_size > 0.01:
-        raise RuntimeError(f"The file size different is more than 1%:\n - {sf_filename}: {sf_size}\n"
-                           f" - {pt_filename}: {pt_size}\n")
-    reloaded = _st_load_file(sf_filename)
-    for k, pt_tensor in loaded.items():
-        if not torch.equal(pt_tensor, reloaded[k]):
-            raise RuntimeError(f"The output tensors do not match for key {k}")
+    """Rewrites a PyTorch checkpoint as safetensors (metadata {"format": "pt"})
+    in C++, without unpickling anything executable: unwraps "state_dict",
+    keeps the first name of tensors sharing memory, writes every tensor
+    contiguous, and checks the new file (size within 1% of the input, every
+    tensor equal) before it takes its final name. RuntimeError when a check
+    fails or the input cannot be converted; FileNotFoundError for a missing input."""
+    try:
+        _core.convert_pytorch_to_safetensors(os.fspath(pt_filename), os.fspath(sf_filename))
+    except (FileNotFoundError, PermissionError):
+        raise
+    except (ValueError, OSError, NotImplementedError) as e:
+        raise RuntimeError(str(e)) from e
 
 
 # ---- weight loaders ---------------------------------------------------------------------------
