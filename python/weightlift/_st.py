@@ -1,0 +1,132 @@
+"""A `safetensors`-compatible surface over the C++ reader and writer:
+safe_open / load_file / load / save_file behave like the `safetensors`
+package's (same names, arguments and results), backed by weightlift.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+from . import _core
+from ._tensors import tensor_bytes, to_numpy, to_torch
+
+_FRAMEWORKS = ("pt", "torch", "pytorch", "np", "numpy")
+
+
+def _fspath(path) -> str:
+    return os.fspath(path)
+
+
+class safe_open:  # noqa: N801 - the safetensors name
+    """Opens a .safetensors file: keys(), metadata(), get_tensor(), get_slice().
+
+    framework="pt": zero-copy torch tensors over a private copy-on-write
+    mapping of the file (lazy; writable, a write never reaches the file), or,
+    with strategy="eager", over one buffer holding the whole file.
+    framework="np": read-only numpy arrays over the same memory.
+    device: "cpu", or any torch device (the tensor is copied there).
+    """
+
+    def __init__(self, filename, framework: str = "pt", device: Any = "cpu", strategy: str = "lazy",
+                 raw_dtypes: bool | None = None):
+        if framework not in _FRAMEWORKS:
+            raise ValueError(f"framework {framework!r} is not supported (expected 'pt' or 'np')")
+        self._np = framework in ("np", "numpy")
+        self._device = device
+        self._raw = raw_dtypes
+        self._f = _core.SafetensorsFile(_fspath(filename), strategy)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._f = None
+        return False
+
+    @property
+    def path(self) -> str:
+        return self._f.path
+
+    def keys(self) -> list[str]:
+        """Tensor names, sorted (as safetensors' keys())."""
+        return self._f.names()
+
+    def offset_keys(self) -> list[str]:
+        """Tensor names in file (offset) order."""
+        return [t[0] for t in self._f.tensors()]
+
+    def metadata(self) -> dict[str, str] | None:
+        md = self._f.metadata()
+        return md if md else None
+
+    def get_tensor(self, name: str):
+        try:
+            dtype, shape, data = self._f.get(name)
+        except FileNotFoundError as e:
+            raise KeyError(str(e)) from None
+        if self._np:
+            return to_numpy(dtype, shape, data, name, self._f.path)
+        t = to_torch(dtype, shape, data, name, self._f.path, self._raw)
+        if self._device not in ("cpu", None) and str(self._device) != "cpu":
+            t = t.to(self._device)
+        return t
+
+    def get_slice(self, name: str) -> "SafeSlice":
+        info = self._f.info(name)
+        if info is None:
+            raise KeyError(f"{self._f.path}: no tensor named '{name}'")
+        return SafeSlice(self, name, info[0], info[1])
+
+
+class SafeSlice:
+    """A tensor not read yet: get_shape(), get_dtype(), and indexing that reads
+    only the rows it needs when the first index is a row range."""
+
+    def __init__(self, f: safe_open, name: str, dtype: str, shape):
+        self._f, self._name, self._dtype, self._shape = f, name, dtype, list(shape)
+
+    def get_shape(self) -> list[int]:
+        return list(self._shape)
+
+    def get_dtype(self) -> str:
+        return self._dtype
+
+    def __getitem__(self, index):
+        if not isinstance(index, tuple):
+            index = (index,)
+        first = index[0] if index else slice(None)
+        if (not self._f._np and self._shape and isinstance(first, slice) and first.step in (None, 1)):
+            begin, end, _ = first.indices(self._shape[0])
+            end = max(end, begin)
+            dtype, shape, data = self._f._f.read_rows(self._name, begin, end)
+            t = to_torch(dtype, shape, data, self._name, self._f.path, self._f._raw)
+            rest = (slice(None),) + tuple(index[1:])
+            return t[rest] if len(index) > 1 else t
+        return self._f.get_tensor(self._name)[index]
+
+
+def load_file(filename, device: Any = "cpu", strategy: str = "lazy") -> dict[str, torch.Tensor]:
+    """All tensors of a file, as safetensors.torch.load_file (sorted names)."""
+    with safe_open(filename, framework="pt", device=device, strategy=strategy) as f:
+        return {k: f.get_tensor(k) for k in f.keys()}
+
+
+def save_file(tensors: dict[str, torch.Tensor], filename, metadata: dict[str, str] | None = None) -> None:
+    """Writes a .safetensors file atomically (the same bytes safetensors writes).
+
+    Tensors that share memory are refused (as safetensors does)."""
+    seen: dict[tuple[int, int], str] = {}
+    items = []
+    for name, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"tensor '{name}' is a {type(t).__name__}, not a torch.Tensor")
+        if t.numel() and t.device.type == "cpu":
+            key = (t.data_ptr(), t.numel() * t.element_size())
+            if key in seen:
+                raise RuntimeError(
+                    f"tensors '{seen[key]}' and '{name}' share memory; save one of them (or clone it)")
+            seen[key] = name
+        items.append((name, *tensor_bytes(t)))
+    _core.write_safetensors(_fspath(filename), items, dict(metadata or {}))

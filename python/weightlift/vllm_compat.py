@@ -1,0 +1,17 @@
+"""Drop-in namespace for vLLM's weight utilities:
+
+    # from vllm.model_executor.model_loader.weight_utils import safetensors_weights_iterator
+    from weightlift.vllm_compat import safetensors_weights_iterator
+"""
+from .ep_weight_filter import compute_local_expert_ids, parse_expert_id, should_skip_weight  # noqa: F401
+from .weight_utils import *  # noqa: F401,F403
+from .weight_utils import (  # noqa: F401  (private helpers vLLM's own tests use)
+    _BAR_FORMAT,
+    _get_available_ram_bytes,
+    _get_checkpoints_size_bytes,
+    _get_fs_type,
+    _natural_sort_key,
+    _prefetch_all_checkpoints,
+    _prefetch_checkpoint,
+    _shared_pointers,
+)
