@@ -105,6 +105,28 @@ def main():
     write("fuzz_weight_index", "names", b"model-2-of-10\nmodel-10-of-10\nmodel-007-of-10")
     write("fuzz_weight_index", "not-json", b"{\"weight_map\": {\"a\": \"x\"")
 
+    # Hub answers: byte 0 even = revision endpoint, odd = tree page (Link header, NUL, body).
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    hub = {
+        "rev-0": b"\x00" + json.dumps({"sha": sha, "siblings": [{"rfilename": "config.json"},
+                                                                {"rfilename": "model.safetensors"}]}).encode(),
+        "rev-1": b"\x00" + json.dumps({"sha": "nothex", "siblings": []}).encode(),
+        "rev-2": b"\x00" + json.dumps({"sha": sha, "siblings": [{"rfilename": "../../etc/passwd"}, {"rfilename": 5},
+                                                                {}]}).encode(),
+        "rev-3": b"\x00[1,2",
+        "tree-0": b"\x01\x00" + json.dumps([{"type": "file", "path": "model.safetensors", "size": 10, "oid": "ab",
+                                              "lfs": {"oid": "cd", "size": 10}},
+                                             {"type": "directory", "path": "sub"}]).encode(),
+        "tree-1": b'\x01<http://127.0.0.1:1/api/models/org/model/tree/main?cursor=x>; rel="next"\x00'
+                  + json.dumps([{"type": "file", "path": "a/b.bin", "size": 1}]).encode(),
+        "tree-2": b'\x01<http://evil.example/x>; rel="next"\x00[]',
+        "tree-3": b"\x01\x00" + json.dumps([{"path": "/abs"}, {"path": "a/../b"}, {"path": ""},
+                                             {"size": -1, "path": "x"}]).encode(),
+        "tree-4": b'\x01\x00{"path":"x"}',
+    }
+    for name, data in hub.items():
+        write("fuzz_hub_json", name, data)
+
 
 if __name__ == "__main__":
     main()
