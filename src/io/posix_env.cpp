@@ -48,13 +48,21 @@ Status check_range(const RandomAccessFile& f, uint64_t offset, uint64_t n) {
 }
 
 // pread() until every byte arrived; EINTR and short reads are retried.
-Status pread_full(int fd, const std::string& path, uint64_t offset, std::byte* dst, size_t n) {
+// `direct_align` (O_DIRECT descriptors): a count that is not a whole number of
+// blocks means the file ended early (it shrank since open); retrying at that
+// unaligned offset would fail with a misleading EINVAL.
+Status pread_full(int fd, const std::string& path, uint64_t offset, std::byte* dst, size_t n,
+                  size_t direct_align = 0) {
   while (n > 0) {
-    ssize_t r = ::pread(fd, dst, std::min<size_t>(n, size_t{1} << 30), static_cast<off_t>(offset));
+    const size_t want = std::min<size_t>(n, size_t{1} << 30);
+    ssize_t r = ::pread(fd, dst, want, static_cast<off_t>(offset));
     if (r < 0) {
       if (errno == EINTR) continue;
       return Status::FromErrno(errno, fmt::format("read at offset {}", offset)).with_file(path);
     }
+    if (direct_align && static_cast<size_t>(r) < want && static_cast<size_t>(r) % direct_align != 0)
+      return Status::OutOfRange(fmt::format("unexpected end of file at offset {}", offset + static_cast<uint64_t>(r)))
+          .with_file(path);
     if (r == 0) return Status::OutOfRange(fmt::format("unexpected end of file at offset {}", offset)).with_file(path);
     dst += r;
     n -= static_cast<size_t>(r);
@@ -102,7 +110,7 @@ class DirectFile final : public PosixFile {
                                  n >= kAlign && offset + kAlign <= aligned_end_of_file;
       if (can_direct_in_place) {
         uint64_t len = std::min<uint64_t>(n, aligned_end_of_file - offset) & ~uint64_t(kAlign - 1);
-        Status s = pread_full(direct_.get(), path_, offset, out, len);
+        Status s = pread_full(direct_.get(), path_, offset, out, len, kAlign);
         if (!s.ok()) return s;
         out += len, offset += len, n -= len;
         continue;
@@ -117,7 +125,7 @@ class DirectFile final : public PosixFile {
       uint64_t want_end = std::min<uint64_t>(offset + n, start + kBounce);
       uint64_t len = std::min<uint64_t>((want_end - start + kAlign - 1) & ~uint64_t(kAlign - 1),
                                         aligned_end_of_file - start);
-      WL_RETURN_IF_ERROR(pread_full(direct_.get(), path_, start, bounce.data(), len));
+      WL_RETURN_IF_ERROR(pread_full(direct_.get(), path_, start, bounce.data(), len, kAlign));
       uint64_t take = std::min<uint64_t>(n, start + len - offset);
       std::memcpy(out, bounce.data() + (offset - start), take);
       out += take, offset += take, n -= take;

@@ -33,12 +33,17 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
   std::vector<std::shared_ptr<SafetensorsFile>> opened;
   opened.reserve(files.size());
   const LoadMode mode = options.strategy == Strategy::kEager ? LoadMode::kEager : LoadMode::kLazy;
-  if (mode == LoadMode::kLazy) {  // headers first, so progress knows the total
+  // Lazy: headers first, so progress knows the total. Only the first files
+  // stay open for the second pass: each holds a descriptor and a mapping, and
+  // checkpoints with thousands of shards would exceed the descriptor limit
+  // (1024 by default); the others are opened again when their turn comes.
+  constexpr size_t kKeepOpen = 64;
+  if (mode == LoadMode::kLazy) {
     for (auto& f : files) {
       WL_ASSIGN_OR_RETURN(auto sf, SafetensorsFile::open(f, mode, options.env));
       for (auto& t : sf->tensors()) p.bytes_total += t.nbytes;
       p.tensors_total += sf->tensors().size();
-      opened.push_back(std::move(sf));
+      opened.push_back(opened.size() < kKeepOpen ? std::move(sf) : nullptr);
     }
   } else {
     for (auto& f : files) {
@@ -51,6 +56,9 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
     std::shared_ptr<SafetensorsFile> sf;
     if (mode == LoadMode::kLazy) {
       sf = opened[i];
+      if (!sf) {
+        WL_ASSIGN_OR_RETURN(sf, SafetensorsFile::open(files[i], mode, options.env));
+      }
       sf->file()->advise(0, sf->file_size(), Advice::kSequential);
     } else {
       WL_ASSIGN_OR_RETURN(sf, SafetensorsFile::open(files[i], mode, options.env));

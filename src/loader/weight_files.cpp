@@ -67,7 +67,13 @@ Result<std::vector<std::string>> filter_duplicate_safetensors_files(const std::v
                                                                     std::string_view index_name, Env* env) {
   std::string index_path = join_path(folder, index_name);
   if (!env->exists(index_path)) return files;
-  WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path, uint64_t{256} << 20));
+  // Read through `env` (not read_file_to_string, which always uses the default Env).
+  WL_ASSIGN_OR_RETURN(auto index_file, env->open(index_path, {.mode = FileMode::kPread}));
+  if (index_file->size() > (uint64_t{256} << 20))
+    return Status::Corrupt(fmt::format("index of {} bytes is larger than 256 MiB", index_file->size()))
+        .with_file(index_path);
+  std::string text(index_file->size(), '\0');
+  WL_RETURN_IF_ERROR(index_file->read_at(0, std::as_writable_bytes(std::span(text.data(), text.size()))));
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded() || !doc.is_object()) return Status::Corrupt("index is not a JSON object").with_file(index_path);
   auto wm = doc.find("weight_map");

@@ -26,6 +26,42 @@ uint64_t load_le64(const std::byte* p) {
   return v;
 }
 
+// Counts the keys of the top-level object and, when asked, finds the first
+// one that repeats. A SAX pass: no DOM, linear time. (parse() with a callback
+// would do it in one pass, but nlohmann's callback parser re-scans the whole
+// parent object at every end_object: quadratic in the number of tensors,
+// hours for a header of a million tensors.)
+class TopLevelKeys final : public nlohmann::json_sax<json> {
+ public:
+  explicit TopLevelKeys(bool find_duplicate) : find_duplicate_(find_duplicate) {}
+  size_t count = 0;
+  std::string duplicate;
+
+  bool key(string_t& k) override {
+    if (depth_ != 1) return true;
+    ++count;
+    if (find_duplicate_ && duplicate.empty() && !seen_.insert(k).second) duplicate = k;
+    return true;
+  }
+  bool start_object(std::size_t) override { return ++depth_, true; }
+  bool end_object() override { return --depth_, true; }
+  bool start_array(std::size_t) override { return ++depth_, true; }
+  bool end_array() override { return --depth_, true; }
+  bool null() override { return true; }
+  bool boolean(bool) override { return true; }
+  bool number_integer(number_integer_t) override { return true; }
+  bool number_unsigned(number_unsigned_t) override { return true; }
+  bool number_float(number_float_t, const string_t&) override { return true; }
+  bool string(string_t&) override { return true; }
+  bool binary(binary_t&) override { return true; }
+  bool parse_error(std::size_t, const std::string&, const json::exception&) override { return false; }
+
+ private:
+  bool find_duplicate_;
+  int depth_ = 0;
+  std::set<std::string, std::less<>> seen_;
+};
+
 }  // namespace
 
 Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64_t file_size, std::string_view file) {
@@ -40,21 +76,23 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64
   size_t end = text.find_last_not_of(' ');
   std::string_view body = text.substr(0, end + 1);
 
-  std::set<std::string, std::less<>> seen;
-  std::string duplicate;
   json doc;
   try {
-    doc = json::parse(body, [&](int depth, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::key && depth == 1 && parsed.is_string()) {
-        const auto& k = parsed.get_ref<const std::string&>();
-        if (!seen.insert(k).second && duplicate.empty()) duplicate = k;
-      }
-      return true;
-    });
+    doc = json::parse(body);
   } catch (const json::exception& e) {
     return corrupt(file, fmt::format("header is not valid JSON: {}", e.what()));
   }
-  if (!duplicate.empty()) return corrupt_tensor(file, duplicate, "duplicate tensor name in header");
+  // The DOM keeps the last of duplicate keys: fewer members than keys means a
+  // repeated name, which a second pass then finds.
+  if (doc.is_object()) {
+    TopLevelKeys keys(false);
+    json::sax_parse(body, &keys);
+    if (keys.count != doc.size()) {
+      TopLevelKeys dup(true);
+      json::sax_parse(body, &dup);
+      return corrupt_tensor(file, dup.duplicate, "duplicate tensor name in header");
+    }
+  }
   if (!doc.is_object()) return corrupt(file, "header is not a JSON object");
 
   h.tensors.reserve(doc.size());

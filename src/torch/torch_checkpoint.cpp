@@ -115,7 +115,8 @@ class Builder {
       t.requires_grad = r.requires_grad;
       t.is_parameter = r.is_parameter;
       uint64_t numel = 0, nbytes = 0;
-      auto bad = [&](std::string what) { return Status::Corrupt(std::move(what)).with_file(ck_->path_).with_tensor(name); };
+      // t.name, not the structured binding: clang 14 cannot capture bindings in a lambda.
+      auto bad = [&](std::string what) { return Status::Corrupt(std::move(what)).with_file(ck_->path_).with_tensor(t.name); };
       if (!checked_numel(t.sizes, &numel)) return bad(fmt::format("shape {} overflows", shape_to_string(t.sizes)));
       auto nb = dtype_nbytes(t.dtype, numel);
       if (!nb) return bad(fmt::format("shape {} overflows", shape_to_string(t.sizes)));

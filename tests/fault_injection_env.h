@@ -1,0 +1,197 @@
+// FaultInjectionEnv: an Env (built on wl::EnvWrapper) whose files fail the
+// way disks and network filesystems do, for the fault_*_test.cpp tests.
+//
+// Faults are armed per path (a path "matches" a rule when it ends with the
+// rule's suffix; an empty suffix matches every file). Every call is counted,
+// so the limits tests can assert on operation counts. Thread-safe: counters
+// are atomics and rules are set before the code under test runs.
+#pragma once
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "weightlift/io.h"
+#include "weightlift/safetensors.h"
+
+namespace wl::testing {
+
+struct FileFault {
+  std::string path_suffix;  // which files ("" = all)
+  // EIO for any read that touches a byte at or after this offset.
+  std::optional<uint64_t> eio_from_offset;
+  // The first `eio_after_reads` reads succeed, every later one fails with EIO.
+  std::optional<uint64_t> eio_after_reads;
+  // The file shrinks to this many bytes after `truncate_after_reads` reads:
+  // later reads past it fail as a real pread does (end of file).
+  std::optional<uint64_t> truncate_to;
+  uint64_t truncate_after_reads = 0;
+  // After `change_after_reads` reads every byte read comes back XOR 0xFF (the
+  // file was rewritten in place underneath the reader).
+  std::optional<uint64_t> change_after_reads;
+  // open() fails with this errno.
+  int open_errno = 0;
+  // views are refused (as for a file that cannot be mapped), so readers take
+  // the read_at() path where the faults above apply.
+  bool no_views = true;
+};
+
+struct FaultCounters {
+  std::atomic<uint64_t> opens{0}, reads{0}, bytes_read{0}, views{0}, exists{0}, lists{0}, sizes{0}, is_dirs{0};
+};
+
+class FaultInjectionEnv : public EnvWrapper {
+ public:
+  explicit FaultInjectionEnv(Env* target = Env::Default()) : EnvWrapper(target) {}
+
+  void add(FileFault f) { faults_.push_back(std::move(f)); }
+  void clear() { faults_.clear(); }
+  FaultCounters& counters() { return counters_; }
+  // list_dir() fails with this errno when non-zero.
+  int list_errno = 0;
+
+  Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& o) override {
+    counters_.opens++;
+    const FileFault* f = match(path);
+    if (f && f->open_errno) return Status::FromErrno(f->open_errno, "cannot open").with_file(path);
+    WL_ASSIGN_OR_RETURN(auto inner, target()->open(path, o));
+    return std::shared_ptr<RandomAccessFile>(std::make_shared<File>(std::move(inner), f ? *f : FileFault{}, f != nullptr,
+                                                                    &counters_));
+  }
+  Result<uint64_t> file_size(const std::string& path) override {
+    counters_.sizes++;
+    return target()->file_size(path);
+  }
+  bool exists(const std::string& path) override {
+    counters_.exists++;
+    return target()->exists(path);
+  }
+  bool is_directory(const std::string& path) override {
+    counters_.is_dirs++;
+    return target()->is_directory(path);
+  }
+  Result<std::vector<DirEntry>> list_dir(const std::string& path) override {
+    counters_.lists++;
+    if (list_errno) return Status::FromErrno(list_errno, "cannot list directory").with_file(path);
+    return target()->list_dir(path);
+  }
+
+ private:
+  class File final : public RandomAccessFile {
+   public:
+    File(std::shared_ptr<RandomAccessFile> inner, FileFault fault, bool armed, FaultCounters* c)
+        : inner_(std::move(inner)), fault_(std::move(fault)), armed_(armed), counters_(c) {}
+    const std::string& path() const override { return inner_->path(); }
+    uint64_t size() const override { return inner_->size(); }
+    int fd() const override { return inner_->fd(); }
+    size_t alignment() const override { return inner_->alignment(); }
+    void advise(uint64_t offset, uint64_t n, Advice a) const override { inner_->advise(offset, n, a); }
+
+    Status read_at(uint64_t offset, std::span<std::byte> dst) const override {
+      counters_->reads++;
+      const uint64_t nth = reads_++;  // reads before this one
+      if (armed_) {
+        const uint64_t end = offset + dst.size();
+        if (fault_.eio_from_offset && end > *fault_.eio_from_offset && !dst.empty())
+          return Status::FromErrno(EIO, fmt::format("read at offset {}", offset)).with_file(path());
+        if (fault_.eio_after_reads && nth >= *fault_.eio_after_reads)
+          return Status::FromErrno(EIO, fmt::format("read at offset {}", offset)).with_file(path());
+        if (fault_.truncate_to && nth >= fault_.truncate_after_reads && end > *fault_.truncate_to)
+          return Status::OutOfRange(fmt::format("unexpected end of file at offset {}",
+                                                std::max(offset, *fault_.truncate_to)))
+              .with_file(path());
+      }
+      WL_RETURN_IF_ERROR(inner_->read_at(offset, dst));
+      counters_->bytes_read += dst.size();
+      if (armed_ && fault_.change_after_reads && nth >= *fault_.change_after_reads)
+        for (auto& b : dst) b ^= std::byte{0xff};
+      return Status();
+    }
+    Result<std::span<const std::byte>> view(uint64_t offset, uint64_t n) const override {
+      counters_->views++;
+      if (armed_ && fault_.no_views) return RandomAccessFile::view(offset, n);
+      auto v = inner_->view(offset, n);
+      if (!v.ok()) return v;
+      // The view is into the inner file: keep it alive as long as this one.
+      return v;
+    }
+
+   private:
+    std::shared_ptr<RandomAccessFile> inner_;
+    FileFault fault_;
+    bool armed_;
+    FaultCounters* counters_;
+    mutable std::atomic<uint64_t> reads_{0};
+  };
+
+  const FileFault* match(const std::string& path) const {
+    for (auto& f : faults_)
+      if (path.size() >= f.path_suffix.size() &&
+          path.compare(path.size() - f.path_suffix.size(), f.path_suffix.size(), f.path_suffix) == 0)
+        return &f;
+    return nullptr;
+  }
+
+  std::vector<FileFault> faults_;
+  FaultCounters counters_;
+};
+
+// A file held in memory. It may claim to be larger than its bytes
+// (`claimed_size`): reads past the bytes return zeros without allocating, so
+// a test can offer a "200 MB file" that costs nothing. Counts reads.
+class StringFile final : public RandomAccessFile {
+ public:
+  StringFile(std::string path, std::string bytes, uint64_t claimed_size = 0)
+      : path_(std::move(path)), bytes_(std::move(bytes)), size_(std::max<uint64_t>(claimed_size, bytes_.size())) {}
+  const std::string& path() const override { return path_; }
+  uint64_t size() const override { return size_; }
+  Status read_at(uint64_t offset, std::span<std::byte> dst) const override {
+    reads++;
+    bytes_read += dst.size();
+    if (offset > size_ || dst.size() > size_ - offset) return Status::OutOfRange("read past the end").with_file(path_);
+    size_t have = offset < bytes_.size() ? std::min<size_t>(dst.size(), bytes_.size() - offset) : 0;
+    if (have) std::memcpy(dst.data(), bytes_.data() + offset, have);
+    if (dst.size() > have) std::memset(dst.data() + have, 0, dst.size() - have);
+    return Status();
+  }
+  mutable std::atomic<uint64_t> reads{0}, bytes_read{0};
+
+ private:
+  std::string path_;
+  std::string bytes_;
+  uint64_t size_;
+};
+
+// Writes a safetensors file of `count` U8 tensors "t0".."t{count-1}" of
+// `bytes_each` bytes; byte j of tensor i is (i * 7 + j) & 0xff.
+inline Status write_test_model(const std::string& path, size_t count, size_t bytes_each) {
+  std::vector<Tensor> owned;
+  std::vector<NamedTensor> named;
+  owned.reserve(count);
+  for (size_t i = 0; i < count; ++i) {
+    WL_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(DType::U8, {static_cast<int64_t>(bytes_each)}));
+    auto b = t.mutable_bytes();
+    for (size_t j = 0; j < b.size(); ++j) b[j] = std::byte(static_cast<uint8_t>(i * 7 + j));
+    owned.push_back(std::move(t));
+    named.push_back({fmt::format("t{}", i), owned.back().view()});
+  }
+  return write_safetensors(path, named);
+}
+
+// True when `v` holds the bytes write_test_model() gave tensor `i`.
+inline bool has_test_bytes(const TensorView& v, size_t i) {
+  auto b = v.bytes();
+  for (size_t j = 0; j < b.size(); ++j)
+    if (b[j] != std::byte(static_cast<uint8_t>(i * 7 + j))) return false;
+  return true;
+}
+
+}  // namespace wl::testing
