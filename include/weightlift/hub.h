@@ -25,11 +25,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "weightlift/http.h"
+#include "weightlift/lock.h"
 #include "weightlift/status.h"
 
 namespace wl {
@@ -105,19 +107,18 @@ Result<std::string> hf_hub_download(const std::string& repo_id, const std::strin
 // ---- vLLM's logic on top -----------------------------------------------------
 
 // A cross-process, cross-user lock per model (vLLM's get_lock): flock on
-// {cache_dir or $TMPDIR}/{sha256(name)}{name}.lock, '/' in name -> '-', mode 0666.
+// weightlift/lock.h get_lock() held for the object's lifetime (same file name and rules).
 class ModelLock {
  public:
   static Result<ModelLock> acquire(const std::string& model_name_or_path, const std::string& cache_dir);
-  ModelLock(ModelLock&& o) noexcept : fd_(o.fd_), path_(std::move(o.path_)) { o.fd_ = -1; }
+  ModelLock(ModelLock&&) noexcept = default;
   ModelLock& operator=(ModelLock&&) = delete;
   ~ModelLock();
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return lock_->path(); }
 
  private:
-  ModelLock(int fd, std::string path) : fd_(fd), path_(std::move(path)) {}
-  int fd_ = -1;
-  std::string path_;
+  explicit ModelLock(std::unique_ptr<CrossProcessLock> lock) : lock_(std::move(lock)) {}
+  std::unique_ptr<CrossProcessLock> lock_;  // weightlift/lock.h's get_lock()
 };
 std::string model_lock_path(const std::string& model_name_or_path, const std::string& cache_dir);
 

@@ -8,6 +8,7 @@
 #include <cstdlib>
 
 #include "hub/hub_internal.h"
+#include "weightlift/lock.h"
 #include "weightlift/hash.h"
 #include "weightlift/io.h"
 
@@ -224,31 +225,16 @@ bool is_safe_etag(const std::string& s) {
 // ---- per-model lock --------------------------------------------------------
 
 std::string model_lock_path(const std::string& model_name_or_path, const std::string& cache_dir) {
-  std::string dir = cache_dir.empty() ? env_or("TMPDIR", "/tmp") : cache_dir;
-  std::string name = model_name_or_path;
-  for (auto& c : name)
-    if (c == '/') c = '-';
-  return dir + "/" + sha256_hex(name) + name + ".lock";
+  return lock_file_path(model_name_or_path, cache_dir);
 }
 
 Result<ModelLock> ModelLock::acquire(const std::string& model_name_or_path, const std::string& cache_dir) {
-  std::string path = model_lock_path(model_name_or_path, cache_dir);
-  WL_RETURN_IF_ERROR(make_dirs(path.substr(0, path.rfind('/'))));
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0) return Status::FromErrno(errno, "cannot open model lock").with_file(path);
-  ::fchmod(fd, 0666);  // shared by all users (the umask would narrow it); failure is harmless
-  while (::flock(fd, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    int e = errno;
-    ::close(fd);
-    return Status::FromErrno(e, "cannot lock").with_file(path);
-  }
-  return ModelLock(fd, path);
+  auto lock = std::make_unique<CrossProcessLock>(get_lock(model_name_or_path, cache_dir));
+  WL_RETURN_IF_ERROR(lock->acquire());
+  return ModelLock(std::move(lock));
 }
 
-ModelLock::~ModelLock() {
-  if (fd_ >= 0) ::close(fd_);  // closing releases the flock
-}
+ModelLock::~ModelLock() = default;
 
 Status make_dirs(const std::string& path) {
   if (path.empty()) return Status::Ok();
@@ -266,21 +252,5 @@ Status make_dirs(const std::string& path) {
   return Status::Ok();
 }
 
-Result<FileLock> FileLock::acquire(const std::string& path) {
-  WL_RETURN_IF_ERROR(make_dirs(path.substr(0, path.rfind('/'))));
-  int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-  if (fd < 0) return Status::FromErrno(errno, "cannot open lock file").with_file(path);
-  while (::flock(fd, LOCK_EX) != 0) {
-    if (errno == EINTR) continue;
-    int e = errno;
-    ::close(fd);
-    return Status::FromErrno(e, "cannot lock").with_file(path);
-  }
-  return FileLock(fd);
-}
-
-FileLock::~FileLock() {
-  if (fd_ >= 0) ::close(fd_);
-}
 
 }  // namespace wl

@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "hub/hub_internal.h"
+#include "weightlift/lock.h"
 #include "io/unique_fd.h"
 #include "weightlift/io.h"
 #include "weightlift/progress.h"
@@ -441,8 +442,9 @@ Status fetch_blob(Ctx& c, const std::string& repo_id, const FileMeta& m) {
   const std::string blob = storage + "/blobs/" + m.etag;
   if (path_exists(blob)) return Status::Ok();
   WL_RETURN_IF_ERROR(make_dirs(storage + "/blobs"));
-  WL_ASSIGN_OR_RETURN(FileLock lock, FileLock::acquire(c.cache + "/.locks/" + repo_folder_name(repo_id, c.o.repo_type) +
-                                                       "/" + m.etag + ".lock"));
+  // Per-blob lock in .locks/, as huggingface_hub takes it (flock), so the two tools exclude each other.
+  CrossProcessLock lock(c.cache + "/.locks/" + repo_folder_name(repo_id, c.o.repo_type) + "/" + m.etag + ".lock");
+  WL_RETURN_IF_ERROR(lock.acquire());
   if (path_exists(blob)) {  // another process (ours or huggingface_hub) finished it meanwhile
     ::unlink((blob + ".wlparts").c_str());
     ::unlink((blob + ".wlparts.done").c_str());

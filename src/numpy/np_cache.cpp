@@ -4,7 +4,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "numpy/file_lock.h"
+#include "weightlift/lock.h"
 #include "weightlift/npy.h"
 
 namespace wl {
@@ -50,7 +50,8 @@ Result<NpCacheResult> np_cache_prepare(const std::vector<std::string>& weight_fi
   fs::create_directories(res.np_folder, ec);
   if (ec) return Status::FromErrno(ec.value(), "cannot create the NumPy cache folder").with_file(res.np_folder);
   std::string lock = lock_path.empty() ? (fs::path(hf_folder) / "np.lock").string() : lock_path;
-  WL_ASSIGN_OR_RETURN(FileLock held, FileLock::acquire(lock));
+  CrossProcessLock held(lock);  // released when it goes out of scope
+  WL_RETURN_IF_ERROR(held.acquire());
   std::string names_path = (fs::path(res.np_folder) / kNpCacheNames).string();
   if (!env->exists(names_path)) {
     std::vector<std::string> names;
