@@ -63,7 +63,7 @@ double residency(int fd, uint64_t size) {
 }  // namespace
 
 Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stats) {
-  const int threads_opt = o.threads > 0 ? o.threads : 8;
+  int threads = o.threads > 0 ? o.threads : 8;
   uint64_t chunk = o.block_size > 0 ? o.block_size : kDefaultChunk;
 
   // Layout of the stream.
@@ -128,8 +128,12 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
   }
   stats.direct_io = direct;
 
+  // Buffered reads out of a warm page cache are memory copies: more threads
+  // than cores only contend. O_DIRECT keeps 8 reads in flight.
+  if (o.threads == 0 && !direct)
+    threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+
   // Memory: staging (direct only) plus the window of allocated, undelivered tensors.
-  int threads = threads_opt;
   uint64_t window = 0;  // 0: unlimited
   if (o.max_memory > 0) {
     if (direct) {
