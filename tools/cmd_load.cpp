@@ -81,7 +81,7 @@ int run_load(const LoadArgs& a) {
   }
   const bool leader = a.tp_rank == 0 && a.rank == 0;
   const bool show = leader && !a.no_progress;
-  if (show || a.verbose) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (leader && a.verbose) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   std::unique_ptr<ProgressBar> bar;
   if (show) {
     opt.progress = [&bar](const LoadProgress& p) {
@@ -131,7 +131,7 @@ RunFn setup_load(CLI::App& sub) {
   sub.add_flag("--checksum", a->checksum, "print the SHA-256 of every tensor's bytes");
   sub.add_option("--format", a->format, "output format of --checksum")->check(CLI::IsMember({"table", "jsonl"}));
   sub.add_flag("--no-progress", a->no_progress, "no progress bar or log lines");
-  sub.add_flag("--verbose", a->verbose, "log lines even without the progress bar");
+  sub.add_flag("--verbose", a->verbose, "log the auto decision, the stream setup and prefetch progress (stderr)");
   sub.add_option("--threads", a->threads, "workers for prefetch / threads / stream (default 8)");
   sub.add_option("--block-size", a->block_size, "prefetch block / stream read size, e.g. 16MiB");
   sub.add_option("--tp-rank", a->tp_rank, "tensor-parallel rank");
