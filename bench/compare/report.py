@@ -4,7 +4,18 @@ import json
 import sys
 
 res_path, md_path, png_path = sys.argv[1:4]
-rows = [json.loads(l) for l in open(res_path) if l.strip()]
+raw = [json.loads(l) for l in open(res_path) if l.strip()]
+# Keep each row's best run (rows are measured round-robin, several passes).
+best = {}
+for r in raw:
+    key = (r["cache"], r["name"])
+    cur = best.get(key)
+    if cur is None or ("error" in cur and "error" not in r) or (
+            "error" not in r and "error" not in cur and r["seconds"] < cur["seconds"]):
+        best[key] = r
+rows = list(best.values())
+for r in rows:
+    r["runs"] = sum(1 for x in raw if (x["cache"], x["name"]) == (r["cache"], r["name"]) and "error" not in x)
 ok = [r for r in rows if "error" not in r]
 
 
@@ -31,7 +42,7 @@ for cache in ("hot", "cold"):
         rss = f"{r['peak_rss'] / 2**20:.0f}" if r.get("peak_rss") else ""
         lines.append(f"| {cache} | {name} | {r['gbps']:.2f} | {vs_lim} | {vs_peer} | {rss} |")
 note = ("\nHot: files in the page cache; limit = single-thread memcpy. Cold: `drop_caches` before each run; "
-        "limit = the faster O_DIRECT sequential read. Best of the runs per row. Peers keep owned copies "
+        "limit = the faster O_DIRECT sequential read. Best of the runs per row (round-robin passes). Peers keep owned copies "
         "(`clone()`), as weightlift does. Python peers' RSS includes the interpreter and torch (~230 MiB).\n")
 open(md_path, "w").write("\n".join(lines) + "\n" + note)
 print("\n".join(lines))

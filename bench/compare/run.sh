@@ -2,7 +2,7 @@
 # Side-by-side load benchmark: our strategies, the Python peers and the
 # machine's limits, on one synthesized checkpoint, hot and cold page cache.
 #   bench/compare/run.sh [MODEL_DIR] [SIZE]     (defaults: /tmp/wl_bench/model 2GB)
-# Env: REPS (runs per row, best kept; default 2), OUT (results dir, default
+# Env: REPS (round-robin passes, best run per row kept; default 2), OUT (results dir, default
 # bench/compare/out), SKIP_PEERS=1, SKIP_COLD=1.
 # Writes $OUT/results.jsonl, docs/bench_compare.md and docs/bench_compare.png.
 set -euo pipefail
@@ -52,40 +52,44 @@ warm() { cat "${FILES[@]}" > /dev/null; [ -f "$BIN" ] && cat "$BIN" > /dev/null 
 
 emit() { echo "$1" >> "$RES"; echo "$1"; }
 
-# One row: cache mode, kind, name, command printing either our summary line or peer JSON.
+# One measurement: cache mode, kind, name, command printing either our
+# summary line or a peer's / limit's JSON. Rows are measured round-robin
+# (every row once per pass, REPS passes) so that noise from other processes
+# spreads over all rows; report.py keeps each row's best run.
 row() {
   local cache=$1 kind=$2 name=$3; shift 3
-  local best=""
-  for ((i = 0; i < REPS; i++)); do
-    if [ "$cache" = cold ]; then drop_caches; else warm; fi
-    local out
-    if ! out=$("$@" 2>&1); then echo "run.sh: $name ($cache) failed: $(echo "$out" | tail -3)" >&2; emit "{\"cache\":\"$cache\",\"kind\":\"$kind\",\"name\":\"$name\",\"error\":$(echo "$out" | tail -1 | "$PY" -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))')}"; return 0; fi
-    local j
-    j=$(echo "$out" | "$PY" bench/compare/parse.py "$cache" "$kind" "$name") || { echo "run.sh: cannot parse $name: $out" >&2; return 0; }
-    best=$(printf '%s\n%s\n' "$best" "$j" | "$PY" -c 'import json,sys
-rs=[json.loads(l) for l in sys.stdin if l.strip()]
-print(json.dumps(min(rs,key=lambda r:r["seconds"])))')
-  done
-  emit "$best"
+  if [ "$cache" = cold ]; then drop_caches; else warm; fi
+  local out
+  if ! out=$("$@" 2>&1); then
+    echo "run.sh: $name ($cache) failed: $(echo "$out" | tail -3)" >&2
+    emit "{\"cache\":\"$cache\",\"kind\":\"$kind\",\"name\":\"$name\",\"error\":$(echo "$out" | tail -1 | "$PY" -c 'import json,sys; print(json.dumps(sys.stdin.read().strip()))')}"
+    return 0
+  fi
+  local j
+  j=$(echo "$out" | "$PY" bench/compare/parse.py "$cache" "$kind" "$name") || { echo "run.sh: cannot parse $name: $out" >&2; return 0; }
+  emit "$j"
 }
 
-for cache in hot cold; do
-  [ "$cache" = cold ] && [ "${SKIP_COLD:-0}" = 1 ] && continue
-  if [ "$cache" = hot ]; then
-    row hot limit "memcpy (1 thread)" "$OUT/limits" memcpy
-  else
-    row cold limit "O_DIRECT read (1 thread)" "$OUT/limits" odirect 1 "${FILES[@]}"
-    row cold limit "O_DIRECT read (4 threads)" "$OUT/limits" odirect 4 "${FILES[@]}"
-  fi
-  for s in stream threads eager lazy prefetch auto; do
-    row "$cache" ours "weightlift $s" "$WL" load "$MODEL" --strategy "$s" --no-progress
+for ((rep = 0; rep < REPS; rep++)); do
+  for cache in hot cold; do
+    [ "$cache" = cold ] && [ "${SKIP_COLD:-0}" = 1 ] && continue
+    if [ "$cache" = hot ]; then
+      row hot limit "memcpy (1 thread)" "$OUT/limits" memcpy
+    else
+      row cold limit "O_DIRECT read (1 thread)" "$OUT/limits" odirect 1 "${FILES[@]}"
+      row cold limit "O_DIRECT read (4 threads)" "$OUT/limits" odirect 4 "${FILES[@]}"
+    fi
+    for s in stream threads eager lazy prefetch auto; do
+      row "$cache" ours "weightlift $s" "$WL" load "$MODEL" --strategy "$s" --no-progress
+    done
+    [ "$cache" = cold ] && row cold ours "weightlift stream --direct off" "$WL" load "$MODEL" --strategy stream --direct off --no-progress
+    if [ "${SKIP_PEERS:-0}" != 1 ]; then
+      row "$cache" peer "safetensors" "$PY" bench/compare/peers.py safetensors "$MODEL"
+      row "$cache" peer "runai-model-streamer" "$PY" bench/compare/peers.py runai-model-streamer "$MODEL"
+      row "$cache" peer "fastsafetensors" "$PY" bench/compare/peers.py fastsafetensors "$MODEL"
+      [ -f "$BIN" ] && row "$cache" peer "torch.load (.bin)" "$PY" bench/compare/peers.py torch.load "$BIN"
+    fi
   done
-  if [ "${SKIP_PEERS:-0}" != 1 ]; then
-    row "$cache" peer "safetensors" "$PY" bench/compare/peers.py safetensors "$MODEL"
-    row "$cache" peer "runai-model-streamer" "$PY" bench/compare/peers.py runai-model-streamer "$MODEL"
-    row "$cache" peer "fastsafetensors" "$PY" bench/compare/peers.py fastsafetensors "$MODEL"
-    [ -f "$BIN" ] && row "$cache" peer "torch.load (.bin)" "$PY" bench/compare/peers.py torch.load "$BIN"
-  fi
 done
 DOCS=${DOCS:-docs}
 mkdir -p "$DOCS"

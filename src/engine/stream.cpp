@@ -193,6 +193,12 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
       WL_RETURN_IF_ERROR(hand_over(ti));
     }
 
+  // Without a cap, every output buffer is allocated before the workers start,
+  // so no mmap/munmap (mmap_lock writers, TLB shootdowns) runs while the
+  // workers fault pages in.
+  if (window == 0)
+    for (size_t ti : order) WL_RETURN_IF_ERROR(ensure_alloc(ti));
+
   auto claim = [&](uint64_t* a, uint64_t* b) -> bool {
     std::unique_lock lk(wm_mu);
     while (true) {
@@ -263,7 +269,8 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
                         pieces[k].len);
         } else {
           for (size_t k = i; k < j; ++k) {
-            Status s = f.read_at(pieces[k].file_off, ts[pieces[k].tensor].dst.subspan(pieces[k].dst_off, pieces[k].len));
+            std::span<std::byte> dst = ts[pieces[k].tensor].dst.subspan(pieces[k].dst_off, pieces[k].len);
+            Status s = f.read_at(pieces[k].file_off, dst);
             if (!s.ok()) return d.fail(Status(s).with_tensor(plan.tensors[pieces[k].tensor].name));
             bytes_read += pieces[k].len;
           }
