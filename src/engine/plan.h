@@ -24,14 +24,20 @@ struct PlannedTensor {
   Shape full_shape;
   Shape shape;        // to deliver
   uint64_t nbytes = 0;  // to deliver
+  uint64_t full_nbytes = 0;  // the whole tensor in the file
   std::optional<uint64_t> file_offset;  // contiguous storage in the file
   std::optional<ShardLayout> shard;
   uint64_t ordinal = 0;
 };
 
+// Only the first kKeepOpen files keep their reader (a descriptor and a
+// mapping each) between planning and loading; the rest reopen on demand, so
+// checkpoints with thousands of shards stay under the descriptor limit.
+inline constexpr size_t kKeepOpen = 64;
+
 struct PlanFile {
   std::string path;
-  std::unique_ptr<CheckpointReader> reader;
+  std::unique_ptr<CheckpointReader> reader;  // may be null: see reader_of()
   std::vector<size_t> tensors;  // indices into Plan::tensors, in file-offset order
 };
 
@@ -43,6 +49,8 @@ struct Plan {
 };
 
 Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions& o);
+// The file's reader, reopened when it was closed after planning.
+Result<CheckpointReader*> reader_of(PlanFile& pf, Env* env);
 
 // Serializes sink and progress calls; tracks cancellation and the first error.
 class Delivery {

@@ -102,30 +102,37 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
   }
   const uint64_t total = pos;
 
-  // Open the files; choose O_DIRECT.
-  std::vector<std::shared_ptr<RandomAccessFile>> files(plan.files.size());
+  // Choose O_DIRECT from a sample of the first files' pages.
   bool direct = o.direct == DirectIo::kOn;
   if (o.direct == DirectIo::kAuto) {
     double hits = 0;
     int n = 0;
-    for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-      WL_ASSIGN_OR_RETURN(files[fi], o.env->open(plan.files[fi].path, {.mode = FileMode::kPread}));
-      double r = residency(files[fi]->fd(), files[fi]->size());
+    for (size_t fi = 0; fi < plan.files.size() && fi < 8; ++fi) {
+      WL_ASSIGN_OR_RETURN(auto f, o.env->open(plan.files[fi].path, {.mode = FileMode::kPread}));
+      double r = residency(f->fd(), f->size());
       if (r >= 0) hits += r, ++n;
     }
     direct = n > 0 && hits / n < 0.5;
   }
-  if (direct) {
-    for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-      WL_ASSIGN_OR_RETURN(files[fi], o.env->open(plan.files[fi].path, {.mode = FileMode::kDirect}));
+  // Files open on first use and close once their last tensor is handed over,
+  // so thousands of shards never hold thousands of descriptors.
+  std::mutex files_mu;
+  std::vector<std::shared_ptr<RandomAccessFile>> files(plan.files.size());
+  std::vector<size_t> file_pending(plan.files.size(), 0);
+  for (size_t ti : order) file_pending[plan.tensors[ti].file]++;
+  auto file_of = [&](size_t fi) -> Result<std::shared_ptr<RandomAccessFile>> {
+    std::lock_guard lk(files_mu);
+    if (!files[fi]) {
+      WL_ASSIGN_OR_RETURN(files[fi], o.env->open(plan.files[fi].path,
+                                                 {.mode = direct ? FileMode::kDirect : FileMode::kPread}));
     }
-  } else {
-    for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-      if (!files[fi]) {
-        WL_ASSIGN_OR_RETURN(files[fi], o.env->open(plan.files[fi].path, {.mode = FileMode::kPread}));
-      }
-    }
-  }
+    return files[fi];
+  };
+  auto tensor_done = [&](size_t ti) {
+    std::lock_guard lk(files_mu);
+    size_t fi = plan.tensors[ti].file;
+    if (--file_pending[fi] == 0) files[fi].reset();
+  };
   stats.direct_io = direct;
 
   // Buffered reads out of a warm page cache are memory copies: more threads
@@ -165,6 +172,7 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
     TensorView v = std::move(ts[ti].view);
     ts[ti].view = TensorView();
     Status s = d.deliver(plan.tensors[ti], plan.files[plan.tensors[ti].file].path, std::move(v));
+    tensor_done(ti);
     {
       std::lock_guard lk(wm_mu);
       delivered[ti] = 1;
@@ -253,7 +261,9 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
           Status s = ensure_alloc(pieces[k].tensor);
           if (!s.ok()) return d.fail(Status(s).with_file(plan.files[pieces[k].file].path));
         }
-        const RandomAccessFile& f = *files[pieces[i].file];
+        auto fh = file_of(pieces[i].file);
+        if (!fh.ok()) return d.fail(fh.status());
+        const RandomAccessFile& f = **fh;
         if (direct && f.alignment() > 1) {
           uint64_t off = pieces[i].file_off, end = pieces[j - 1].file_off + pieces[j - 1].len;
           uint64_t a0 = off & ~(kAlign - 1);
@@ -294,7 +304,8 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
   for (size_t ti : late) {
     const PlannedTensor& t = plan.tensors[ti];
     PlanFile& pf = plan.files[t.file];
-    auto full = pf.reader->view(t.index);
+    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
+    auto full = reader->view(t.index);
     if (!full.ok()) return Status(full.status()).with_tensor(t.name).with_file(pf.path);
     auto v = materialize(t, o, [&](std::span<std::byte> dst) -> Status {
       if (!t.shard) {

@@ -62,6 +62,7 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
       t.full_shape = ct.shape;
       t.shape = ct.shape;
       t.nbytes = ct.nbytes;
+      t.full_nbytes = ct.nbytes;
       t.file_offset = ct.file_offset;
       if (o.tp_size > 1 || !o.shard_rules.empty()) {
         if (const ShardRule* r = find_shard_rule(o.shard_rules, ct.name)) {
@@ -80,9 +81,17 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
       return plan.tensors[a].file_offset.value_or(0) < plan.tensors[b].file_offset.value_or(0);
     });
     for (size_t k : pf.tensors) plan.tensors[k].ordinal = next_ordinal++;
+    if (fi >= kKeepOpen) pf.reader.reset();
     plan.files.push_back(std::move(pf));
   }
   return plan;
+}
+
+Result<CheckpointReader*> reader_of(PlanFile& pf, Env* env) {
+  if (!pf.reader) {
+    WL_ASSIGN_OR_RETURN(pf.reader, open_checkpoint(pf.path, env));
+  }
+  return pf.reader.get();
 }
 
 Status Delivery::deliver(const PlannedTensor& t, const std::string& file, TensorView view) {
@@ -151,12 +160,50 @@ Result<TensorView> extract(const PlannedTensor& t, const TensorView& full, const
 
 Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Delivery& d) {
   PlanFile& pf = plan.files[fi];
+  // A file whose reader was closed after planning is mapped again without
+  // reparsing its header: the plan already knows where each tensor lies.
+  std::shared_ptr<RandomAccessFile> mapped;
+  if (!pf.reader) {
+    WL_ASSIGN_OR_RETURN(mapped, o.env->open(pf.path, {.mode = FileMode::kMmap}));
+    mapped->advise(0, mapped->size(), Advice::kSequential);
+  }
   for (size_t ti : pf.tensors) {
     if (d.stopped()) return d.status();
     const PlannedTensor& t = plan.tensors[ti];
-    auto full = pf.reader->view(t.index);
-    if (!full.ok()) return Status(full.status()).with_tensor(t.name).with_file(pf.path);
-    WL_ASSIGN_OR_RETURN(TensorView v, extract(t, *full, o, /*share=*/false));
+    if (!t.shard && t.file_offset) {
+      // Whole tensors are read with pread (a file truncated under us is an
+      // error, not SIGBUS from a mapping).
+      if (!mapped && !o.destination) {  // the reader's own pread copy is the result
+        WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
+        auto owned = r->read(t.index);
+        if (!owned.ok()) return Status(owned.status()).with_tensor(t.name).with_file(pf.path);
+        WL_RETURN_IF_ERROR(d.deliver(t, pf.path, owned->view()));
+        continue;
+      }
+      auto v = materialize(t, o, [&](std::span<std::byte> dst) -> Status {
+        if (mapped) return mapped->read_at(*t.file_offset, dst);
+        WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
+        WL_ASSIGN_OR_RETURN(Tensor owned, r->read(t.index));
+        if (owned.nbytes() != dst.size()) return Status::Internal("tensor size changed");
+        if (!dst.empty()) std::memcpy(dst.data(), owned.bytes().data(), dst.size());
+        return Status();
+      });
+      if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
+      WL_RETURN_IF_ERROR(d.deliver(t, pf.path, std::move(*v)));
+      continue;
+    }
+    TensorView full;
+    if (mapped && t.file_offset) {
+      auto bytes = mapped->view(*t.file_offset, t.full_nbytes);
+      if (!bytes.ok()) return Status(bytes.status()).with_tensor(t.name);
+      full = TensorView(t.dtype, t.full_shape, *bytes, mapped);
+    } else {
+      WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
+      auto v = r->view(t.index);
+      if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
+      full = *v;
+    }
+    WL_ASSIGN_OR_RETURN(TensorView v, extract(t, full, o, /*share=*/false));
     WL_RETURN_IF_ERROR(d.deliver(t, pf.path, std::move(v)));
   }
   pf.reader.reset();  // unmap
@@ -178,11 +225,12 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Delivery& d,
     if (d.stopped()) return d.status();
     const PlannedTensor& t = plan.tensors[ti];
     TensorView full;
-    const uint64_t full_bytes = pf.reader->tensors()[t.index].nbytes;
+    const uint64_t full_bytes = t.full_nbytes;
     if (t.file_offset && *t.file_offset <= owner->size() && full_bytes <= owner->size() - *t.file_offset) {
       full = TensorView(t.dtype, t.full_shape, owner->span().subspan(*t.file_offset, full_bytes), owner);
     } else {
-      auto v = pf.reader->view(t.index);
+      WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
+      auto v = r->view(t.index);
       if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
       full = *v;
     }
