@@ -1,4 +1,7 @@
 // weightlift load PATH... [--strategy S] [--checksum] [--format table|jsonl]
+//   [--threads N] [--block-size BYTES] [--tp-rank R --tp-size W] [--shard-rule PATTERN:DIM ...]
+//   [--experts IDS] [--max-memory BYTES] [--direct auto|on|off] [--no-progress]
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -6,9 +9,11 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "weightlift/expert_filter.h"
 #include "weightlift/hash.h"
 #include "weightlift/loader.h"
 #include "weightlift/progress.h"
+#include "weightlift/synth.h"
 #include "weightlift/weight_files.h"
 
 namespace wl::cli {
@@ -16,66 +21,127 @@ namespace {
 
 struct LoadArgs {
   std::vector<std::string> paths;
-  std::string strategy = "lazy";
+  std::string strategy = "auto";
   std::string format = "table";
   bool checksum = false;
   bool no_progress = false;
+  bool verbose = false;
+  int threads = 0;
+  std::string block_size;
+  int64_t tp_rank = 0, tp_size = 1;
+  int rank = 0, world_size = 1;
+  std::vector<std::string> shard_rules;
+  std::string experts;
+  std::string max_memory;
+  std::string direct = "auto";
 };
 
 int run_load(const LoadArgs& a) {
   auto strategy = strategy_from_name(a.strategy);
   if (!strategy) return usage_error(fmt::format("unknown strategy '{}'", a.strategy));
+  LoadOptions opt;
+  opt.strategy = *strategy;
+  opt.threads = a.threads;
+  if (a.threads < 0) return usage_error(fmt::format("--threads {} is negative", a.threads));
+  if (!a.block_size.empty()) {
+    auto n = parse_size(a.block_size);
+    if (!n.ok() || *n == 0) return usage_error(fmt::format("bad --block-size '{}'", a.block_size));
+    opt.block_size = *n;
+  }
+  if (!a.max_memory.empty()) {
+    auto n = parse_size(a.max_memory);
+    if (!n.ok() || *n == 0) return usage_error(fmt::format("bad --max-memory '{}'", a.max_memory));
+    opt.max_memory = *n;
+  }
+  if (a.tp_size < 1 || a.tp_rank < 0 || a.tp_rank >= a.tp_size)
+    return usage_error(fmt::format("--tp-rank {} is outside [0, --tp-size {})", a.tp_rank, a.tp_size));
+  if (a.world_size < 1 || a.rank < 0 || a.rank >= a.world_size)
+    return usage_error(fmt::format("--rank {} is outside [0, --world-size {})", a.rank, a.world_size));
+  opt.tp_rank = a.tp_rank;
+  opt.tp_size = a.tp_size;
+  opt.rank = a.rank;
+  opt.world_size = a.world_size;
+  for (auto& r : a.shard_rules) {
+    auto rule = parse_shard_rule(r);
+    if (!rule.ok()) return usage_error(rule.status().message());
+    opt.shard_rules.push_back(*rule);
+  }
+  if (!a.experts.empty()) {
+    auto ids = parse_expert_id_list(a.experts);
+    if (!ids.ok()) return usage_error(ids.status().message());
+    opt.local_experts = *ids;
+  }
+  opt.direct = a.direct == "on" ? DirectIo::kOn : a.direct == "off" ? DirectIo::kOff : DirectIo::kAuto;
+
   std::vector<std::string> files;
   for (auto& p : a.paths) {
     auto wf = find_weight_files(p);
     if (!wf.ok()) return fail(wf.status());
-    if (wf->format != WeightFormat::kSafetensors)
-      return fail(Status::Unimplemented("only safetensors files are supported by this build").with_file(p));
     files.insert(files.end(), wf->files.begin(), wf->files.end());
   }
-  LoadOptions opt;
-  opt.strategy = *strategy;
+  const bool leader = a.tp_rank == 0 && a.rank == 0;
+  const bool show = leader && !a.no_progress;
+  if (leader && a.verbose) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   std::unique_ptr<ProgressBar> bar;
-  if (!a.no_progress) {
+  if (show) {
     opt.progress = [&bar](const LoadProgress& p) {
-      if (!bar) bar = std::make_unique<ProgressBar>("Loading safetensors checkpoint shards", p.bytes_total, true, stderr, "B");
+      if (!bar) bar = std::make_unique<ProgressBar>("Loading checkpoint shards", p.bytes_total, true, stderr, "B");
       bar->update(p.bytes_done);
       return true;
     };
   }
   std::vector<LoadedTensor> kept;  // the load's result: every tensor stays in memory until the end
-  std::string out;
+  std::vector<std::pair<uint64_t, std::string>> rows;
   auto r = load_files(files, opt, [&](LoadedTensor&& t) {
     if (a.checksum) {
       nlohmann::ordered_json j = {{"name", t.name},
                                   {"dtype", dtype_name(t.view.dtype())},
                                   {"shape", t.view.shape()},
                                   {"sha256", sha256_hex(t.view.bytes())}};
-      if (a.format == "jsonl") out += j.dump() + "\n";
-      else out += fmt::format("{:<56} {:<6} {:<20} {}\n", t.name, dtype_name(t.view.dtype()),
-                              shape_to_string(t.view.shape()), j["sha256"].get<std::string>());
+      std::string line = a.format == "jsonl"
+                             ? j.dump() + "\n"
+                             : fmt::format("{:<56} {:<6} {:<20} {}\n", t.name, dtype_name(t.view.dtype()),
+                                           shape_to_string(t.view.shape()), j["sha256"].get<std::string>());
+      rows.emplace_back(t.ordinal, std::move(line));
     }
     kept.push_back(std::move(t));
     return Status();
   });
   if (!r.ok()) return fail(r.status());
   if (bar) bar->finish();
-  std::fwrite(out.data(), 1, out.size(), stdout);
+  // Checkpoint order whatever the strategy, so outputs compare byte for byte.
+  std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.first < y.first; });
+  for (auto& [_, line] : rows) std::fwrite(line.data(), 1, line.size(), stdout);
   double gbps = r->seconds > 0 ? static_cast<double>(r->bytes) / r->seconds / 1e9 : 0.0;
-  std::fprintf(stderr, "loaded %llu tensors, %llu bytes from %zu files in %.3f s (%.2f GB/s), strategy %s, peak RSS %.1f MiB\n",
+  std::string strat(strategy_name(r->strategy));
+  if (r->strategy == Strategy::kStream) strat += r->direct_io ? " (O_DIRECT)" : " (buffered)";
+  std::fprintf(stderr,
+               "loaded %llu tensors, %llu bytes from %zu files in %.3f s (%.2f GB/s), strategy %s, peak RSS %.1f MiB, "
+               "read %llu bytes, skipped %llu expert tensors\n",
                static_cast<unsigned long long>(r->tensors), static_cast<unsigned long long>(r->bytes), files.size(),
-               r->seconds, gbps, std::string(strategy_name(*strategy)).c_str(),
-               static_cast<double>(peak_rss_bytes()) / (1 << 20));
+               r->seconds, gbps, strat.c_str(), static_cast<double>(peak_rss_bytes()) / (1 << 20),
+               static_cast<unsigned long long>(r->bytes_read), static_cast<unsigned long long>(r->skipped_tensors));
   return 0;
 }
 
 RunFn setup_load(CLI::App& sub) {
   auto a = std::make_shared<LoadArgs>();
   sub.add_option("paths", a->paths, "weight files or model folders")->required();
-  sub.add_option("--strategy", a->strategy, "lazy | eager");
+  sub.add_option("--strategy", a->strategy, "auto (default) | lazy | eager | prefetch | threads | stream");
   sub.add_flag("--checksum", a->checksum, "print the SHA-256 of every tensor's bytes");
   sub.add_option("--format", a->format, "output format of --checksum")->check(CLI::IsMember({"table", "jsonl"}));
-  sub.add_flag("--no-progress", a->no_progress, "no progress bar");
+  sub.add_flag("--no-progress", a->no_progress, "no progress bar or log lines");
+  sub.add_flag("--verbose", a->verbose, "log the auto decision, the stream setup and prefetch progress (stderr)");
+  sub.add_option("--threads", a->threads, "workers for prefetch / threads / stream (default 8)");
+  sub.add_option("--block-size", a->block_size, "prefetch block / stream read size, e.g. 16MiB");
+  sub.add_option("--tp-rank", a->tp_rank, "tensor-parallel rank");
+  sub.add_option("--tp-size", a->tp_size, "tensor-parallel world size");
+  sub.add_option("--rank", a->rank, "data-parallel rank (prefetch striping)");
+  sub.add_option("--world-size", a->world_size, "data-parallel world size (prefetch striping)");
+  sub.add_option("--shard-rule", a->shard_rules, "PATTERN:DIM: tensors matching the glob split along DIM");
+  sub.add_option("--experts", a->experts, "local expert ids, e.g. 0-7,12: other experts' weights are never read");
+  sub.add_option("--max-memory", a->max_memory, "stream: cap on the loader's working memory, e.g. 512MiB");
+  sub.add_option("--direct", a->direct, "stream: O_DIRECT auto | on | off")->check(CLI::IsMember({"auto", "on", "off"}));
   return [a] { return run_load(*a); };
 }
 

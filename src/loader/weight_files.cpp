@@ -129,6 +129,9 @@ Result<WeightFiles> find_weight_files(const std::string& path, Env* env) {
       WL_ASSIGN_OR_RETURN(hits, filter_duplicate_safetensors_files(hits, path, kSafetensorsIndexName, env));
     }
     hits = filter_files_not_needed_for_inference(hits);
+    if (hits.empty() && fmt_ == WeightFormat::kSafetensors)  // the reference stops at safetensors too
+      return Status::NotFound(fmt::format("{} names none of the *.safetensors files in the folder", kSafetensorsIndexName))
+          .with_file(path);
     if (hits.empty()) continue;
     natural_sort(hits);
     wf.files = std::move(hits);

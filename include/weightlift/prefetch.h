@@ -1,0 +1,83 @@
+// weightlift/prefetch.h: page-cache prefetch and the `auto` strategy policy
+// (the reference's: prefetch on a network filesystem when the checkpoint fits
+// in 90% of available RAM, else lazy).
+//
+// System files (/proc/mounts, /proc/meminfo) are parameters so tests can
+// feed fakes. Functions are thread-safe; Prefetcher is used from one thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "weightlift/io.h"
+#include "weightlift/status.h"
+
+namespace wl {
+
+inline constexpr int kDefaultPrefetchThreads = 8;
+inline constexpr uint64_t kDefaultPrefetchBlockSize = uint64_t{16} << 20;
+inline constexpr const char* kProcMounts = "/proc/mounts";
+inline constexpr const char* kProcMeminfo = "/proc/meminfo";
+
+// Sum of the files' sizes in bytes.
+Result<uint64_t> checkpoint_size_bytes(const std::vector<std::string>& files, Env* env = Env::Default());
+
+// MemAvailable from a meminfo file, in bytes; also capped by the cgroup v2
+// limit (memory.max - memory.current) when `cgroup_dir` is non-empty and
+// readable. A missing or malformed meminfo is an error naming the file.
+Result<uint64_t> available_ram_bytes(const std::string& meminfo_path = kProcMeminfo,
+                                     const std::string& cgroup_dir = "/sys/fs/cgroup");
+
+// The filesystem type serving `path` by the longest mount-point prefix over
+// a mounts table ("" when none matches or the table cannot be read). `path`
+// is resolved with realpath() first when it exists. Octal escapes ("\040")
+// in mount points are decoded.
+std::string filesystem_type(const std::string& path, const std::string& mounts_path = kProcMounts);
+bool is_network_filesystem(std::string_view fstype);  // nfs, nfs4, lustre
+
+struct AutoDecision {
+  bool prefetch = false;
+  std::string fstype;
+  uint64_t checkpoint_bytes = 0;
+  uint64_t available_bytes = 0;
+  std::string reason;  // one line for the log
+};
+// The `auto` policy over the first file's filesystem.
+Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env = Env::Default(),
+                                 const std::string& mounts_path = kProcMounts,
+                                 const std::string& meminfo_path = kProcMeminfo, const std::string& cgroup_dir = "");
+
+struct PrefetchOptions {
+  int threads = kDefaultPrefetchThreads;       // >= 1
+  uint64_t block_size = kDefaultPrefetchBlockSize;  // >= 1
+  int rank = 0, world_size = 1;                // files[rank::world_size]
+  Env* env = Env::Default();
+  // One line at every 10% of files ("Prefetching checkpoint files: 10% (1/10)").
+  std::function<void(const std::string&)> log;
+};
+
+// Reads files[rank::world_size] sequentially in blocks on `threads` workers so
+// that the page cache holds them. Per-file failures are logged and skipped.
+// Invalid options are kInvalidArgument. Synchronous.
+Status prefetch_files(const std::vector<std::string>& files, const PrefetchOptions& options);
+
+// prefetch_files() on a background thread; the destructor stops early
+// (between blocks) and joins.
+class Prefetcher {
+ public:
+  static Result<std::unique_ptr<Prefetcher>> start(std::vector<std::string> files, PrefetchOptions options);
+  ~Prefetcher();
+  void wait();
+
+ private:
+  Prefetcher() = default;
+  std::thread thread_;
+  std::shared_ptr<std::atomic<bool>> stop_;
+};
+
+}  // namespace wl

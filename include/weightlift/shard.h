@@ -1,0 +1,73 @@
+// weightlift/shard.h: tensor-parallel selective reads and the reference's
+// weight loaders over plain destination buffers.
+//
+// A shard rule says which tensors split along which dim ("*.q_proj.weight:0").
+// For a split tensor, rank r of W keeps the slice [r*S, (r+1)*S) of that dim,
+// S = dim/W (the dim must divide evenly). Its bytes in the file are `outer`
+// runs of `run` bytes, `stride` apart: one contiguous range for dim 0,
+// coalesced strided rows for dim >= 1. The loader reads only those runs.
+// Pure functions and values; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weightlift/dtype.h"
+#include "weightlift/status.h"
+#include "weightlift/tensor.h"
+
+namespace wl {
+
+struct ShardRule {
+  std::string pattern;  // glob over the tensor name: '*' any run, '?' one char
+  int dim = 0;          // negative counts from the end, as in Python
+};
+
+// "PATTERN:DIM" (the last ':' separates). Bad text is kInvalidArgument.
+Result<ShardRule> parse_shard_rule(std::string_view text);
+bool glob_match(std::string_view pattern, std::string_view name);
+// The first rule whose pattern matches `name`, else nullptr.
+const ShardRule* find_shard_rule(std::span<const ShardRule> rules, std::string_view name);
+
+// The bytes rank `rank` of `world` reads of a row-major tensor split along `dim`.
+struct ShardLayout {
+  int dim = 0;             // normalized, >= 0
+  Shape shape;             // the shard's shape
+  uint64_t nbytes = 0;     // outer * run
+  uint64_t outer = 1;      // number of runs
+  uint64_t run = 0;        // bytes per run
+  uint64_t stride = 0;     // bytes between run starts in the full tensor
+  uint64_t first = 0;      // offset of the first run inside the full tensor
+};
+// kInvalidArgument when dim is out of range, world < 1, rank outside [0, world),
+// the dim does not divide by world, or the dtype is narrower than a byte.
+Result<ShardLayout> shard_layout(DType dtype, std::span<const int64_t> shape, int dim, int64_t rank, int64_t world);
+
+// A copy of `src` narrowed to [start, start+length) along `dim` (torch's narrow + contiguous).
+Result<Tensor> narrow_copy(const TensorView& src, int dim, int64_t start, int64_t length);
+
+// A caller-owned destination ("param" in the reference).
+struct ParamRef {
+  DType dtype = DType::U8;
+  Shape shape;
+  std::span<std::byte> bytes;  // C-contiguous, exactly the shape's size
+};
+
+using WeightLoader = std::function<Status(const ParamRef& param, const TensorView& loaded)>;
+
+// Copies `loaded` into `param`: dtypes and shapes must match, except that a
+// one-element param takes any one-element tensor (scalars reshape).
+Status default_weight_loader(const ParamRef& param, const TensorView& loaded);
+// Narrows dim 0 by rank to the param's size (1-D params are copied whole).
+WeightLoader row_parallel_weight_loader(int64_t tp_rank);
+// Narrows `axis` by rank to the param's size.
+WeightLoader sharded_weight_loader(int axis, int64_t tp_rank);
+// Runs `loader`, then `fn` over the param to post-process it in place.
+WeightLoader composed_weight_loader(WeightLoader loader, std::function<Status(const ParamRef&)> fn);
+
+}  // namespace wl

@@ -1,0 +1,206 @@
+#include "weightlift/prefetch.h"
+
+#include <climits>
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "weightlift/tensor.h"
+
+namespace wl {
+
+namespace {
+
+Status prefetch_impl(const std::vector<std::string>& files, const PrefetchOptions& o, const std::atomic<bool>* stop) {
+  std::vector<std::string> mine;
+  for (size_t i = static_cast<size_t>(o.rank); i < files.size(); i += static_cast<size_t>(o.world_size))
+    mine.push_back(files[i]);
+  const size_t total = mine.size();
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  size_t completed = 0;
+  int next_pct = 10;
+  auto worker = [&] {
+    auto buf = Buffer::allocate(static_cast<size_t>(o.block_size), 4096);
+    if (!buf.ok()) return;
+    while (!(stop && stop->load())) {
+      size_t i = next.fetch_add(1);
+      if (i >= total) return;
+      Status st;
+      auto f = o.env->open(mine[i], {.mode = FileMode::kPread});
+      if (!f.ok()) {
+        st = f.status();
+      } else {
+        (*f)->advise(0, (*f)->size(), Advice::kSequential);
+        for (uint64_t off = 0; off < (*f)->size() && st.ok() && !(stop && stop->load()); off += o.block_size) {
+          uint64_t n = std::min<uint64_t>(o.block_size, (*f)->size() - off);
+          st = (*f)->read_at(off, buf->span().first(static_cast<size_t>(n)));
+        }
+      }
+      std::lock_guard lk(mu);
+      if (!st.ok()) {
+        if (o.log) o.log(fmt::format("warning: failed to prefetch {}: {}", mine[i], st.to_string()));
+        continue;
+      }
+      ++completed;
+      while (o.log && next_pct <= 100 && completed * 100 >= static_cast<size_t>(next_pct) * total) {
+        o.log(fmt::format("Prefetching checkpoint files: {}% ({}/{})", next_pct, completed, total));
+        next_pct += 10;
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  int n = static_cast<int>(std::min<size_t>(static_cast<size_t>(o.threads), std::max<size_t>(total, 1)));
+  for (int t = 0; t < n; ++t) ts.emplace_back(worker);
+  for (auto& t : ts) t.join();
+  return Status();
+}
+
+Status check_options(const PrefetchOptions& o) {
+  if (o.threads < 1) return Status::InvalidArgument(fmt::format("prefetch thread count {} is below 1", o.threads));
+  if (o.block_size < 1) return Status::InvalidArgument("prefetch block size must be at least 1 byte");
+  if (o.block_size > (uint64_t{1} << 30)) return Status::InvalidArgument("prefetch block size is above 1 GiB");
+  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
+    return Status::InvalidArgument(fmt::format("prefetch rank {} is outside [0, {})", o.rank, o.world_size));
+  if (o.env == nullptr) return Status::InvalidArgument("prefetch needs an Env");
+  return Status();
+}
+
+std::string unescape_mount(const std::string& s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7' &&
+        s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
+      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
+      i += 3;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
+
+std::optional<uint64_t> read_u64_file(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  if (!(in >> s) || s == "max") return std::nullopt;
+  char* end = nullptr;
+  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
+  if (end == s.c_str() || *end != '\0') return std::nullopt;
+  return static_cast<uint64_t>(v);
+}
+
+}  // namespace
+
+Result<uint64_t> checkpoint_size_bytes(const std::vector<std::string>& files, Env* env) {
+  uint64_t total = 0;
+  for (auto& f : files) {
+    WL_ASSIGN_OR_RETURN(uint64_t n, env->file_size(f));
+    total += n;
+  }
+  return total;
+}
+
+Result<uint64_t> available_ram_bytes(const std::string& meminfo_path, const std::string& cgroup_dir) {
+  std::ifstream in(meminfo_path);
+  if (!in) return Status::NotFound("cannot read memory information").with_file(meminfo_path);
+  std::string line;
+  std::optional<uint64_t> avail;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream ss(line.substr(13));
+    unsigned long long kb = 0;
+    std::string unit;
+    if (!(ss >> kb) || kb > (ULLONG_MAX >> 10)) return Status::Corrupt("malformed MemAvailable line").with_file(meminfo_path);
+    ss >> unit;
+    if (!unit.empty() && unit != "kB") return Status::Corrupt(fmt::format("MemAvailable unit '{}' is not kB", unit)).with_file(meminfo_path);
+    avail = static_cast<uint64_t>(kb) * 1024;
+  }
+  if (!avail) return Status::Corrupt("no MemAvailable line").with_file(meminfo_path);
+  if (!cgroup_dir.empty()) {
+    auto max = read_u64_file(cgroup_dir + "/memory.max");
+    auto cur = read_u64_file(cgroup_dir + "/memory.current");
+    if (max && cur) avail = std::min<uint64_t>(*avail, *max > *cur ? *max - *cur : 0);
+  }
+  return *avail;
+}
+
+std::string filesystem_type(const std::string& path, const std::string& mounts_path) {
+  std::string resolved = path;
+  if (char* r = ::realpath(path.c_str(), nullptr)) {
+    resolved = r;
+    std::free(r);
+  }
+  std::ifstream in(mounts_path);
+  if (!in) return "";
+  std::string line, best_mount, best_type;
+  bool found = false;
+  while (std::getline(in, line)) {
+    std::istringstream ss(line);
+    std::string dev, mnt, type;
+    if (!(ss >> dev >> mnt >> type)) continue;
+    mnt = unescape_mount(mnt);
+    std::string with_slash = mnt.back() == '/' ? mnt : mnt + "/";
+    bool match = resolved == mnt || resolved.rfind(with_slash, 0) == 0;
+    if (match && (!found || mnt.size() >= best_mount.size())) {
+      found = true;
+      best_mount = mnt;
+      best_type = type;
+    }
+  }
+  return best_type;
+}
+
+bool is_network_filesystem(std::string_view t) { return t == "nfs" || t == "nfs4" || t == "lustre"; }
+
+Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env, const std::string& mounts_path,
+                                 const std::string& meminfo_path, const std::string& cgroup_dir) {
+  AutoDecision d;
+  if (files.empty()) {
+    d.reason = "auto: no files; lazy";
+    return d;
+  }
+  d.fstype = filesystem_type(files[0], mounts_path);
+  WL_ASSIGN_OR_RETURN(d.checkpoint_bytes, checkpoint_size_bytes(files, env));
+  WL_ASSIGN_OR_RETURN(d.available_bytes, available_ram_bytes(meminfo_path, cgroup_dir));
+  const bool net = is_network_filesystem(d.fstype);
+  const bool fits = static_cast<double>(d.checkpoint_bytes) <= 0.9 * static_cast<double>(d.available_bytes);
+  d.prefetch = net && fits;
+  std::string fs = d.fstype.empty() ? "unknown" : d.fstype;
+  double gib = 1024.0 * 1024 * 1024;
+  std::string facts = fmt::format("filesystem {}, checkpoint {:.2f} GiB, available RAM {:.2f} GiB", fs,
+                                  d.checkpoint_bytes / gib, d.available_bytes / gib);
+  if (d.prefetch) d.reason = fmt::format("auto: prefetch ({}: network filesystem and it fits in 90% of RAM)", facts);
+  else if (net) d.reason = fmt::format("auto: lazy ({}: network filesystem but the checkpoint exceeds 90% of RAM)", facts);
+  else d.reason = fmt::format("auto: lazy ({}: not a network filesystem)", facts);
+  return d;
+}
+
+Status prefetch_files(const std::vector<std::string>& files, const PrefetchOptions& options) {
+  WL_RETURN_IF_ERROR(check_options(options));
+  return prefetch_impl(files, options, nullptr);
+}
+
+Result<std::unique_ptr<Prefetcher>> Prefetcher::start(std::vector<std::string> files, PrefetchOptions options) {
+  WL_RETURN_IF_ERROR(check_options(options));
+  std::unique_ptr<Prefetcher> p(new Prefetcher());
+  p->stop_ = std::make_shared<std::atomic<bool>>(false);
+  p->thread_ = std::thread([files = std::move(files), options = std::move(options), stop = p->stop_] {
+    (void)prefetch_impl(files, options, stop.get());
+  });
+  return p;
+}
+
+void Prefetcher::wait() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Prefetcher::~Prefetcher() {
+  if (stop_) stop_->store(true);
+  wait();
+}
+
+}  // namespace wl

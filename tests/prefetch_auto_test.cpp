@@ -1,0 +1,178 @@
+// The auto policy over faked mount tables and meminfo; prefetch helpers.
+#include <gtest/gtest.h>
+
+#include "engine_test_util.h"
+#include "test_util.h"
+#include "weightlift/loader.h"
+#include "weightlift/prefetch.h"
+
+namespace wl {
+namespace {
+
+using testing::TempDir;
+using testing::write_bytes;
+
+TEST(Prefetch, FilesystemTypeUsesLongestPrefix) {
+  TempDir dir;
+  write_bytes(dir.file("mounts"),
+              "rootfs / ext4 rw 0 0\n"
+              "srv:/export /data nfs4 rw 0 0\n"
+              "/dev/sdb /data/local xfs rw 0 0\n"
+              "lus /data/localx lustre rw 0 0\n"
+              "x /with\\040space nfs rw 0 0\n"
+              "garbage\n");
+  const std::string m = dir.file("mounts");
+  EXPECT_EQ(filesystem_type("/data/model/a.safetensors", m), "nfs4");
+  EXPECT_EQ(filesystem_type("/data", m), "nfs4");
+  EXPECT_EQ(filesystem_type("/data/local/a.safetensors", m), "xfs");
+  EXPECT_EQ(filesystem_type("/data/localx/a", m), "lustre");
+  EXPECT_EQ(filesystem_type("/data/localy/a", m), "nfs4");  // a prefix must end at a '/'
+  EXPECT_EQ(filesystem_type("/with space/f", m), "nfs");
+  EXPECT_EQ(filesystem_type("/home/a", m), "ext4");
+  EXPECT_EQ(filesystem_type("/home/a", dir.file("missing")), "");
+  EXPECT_TRUE(is_network_filesystem("nfs"));
+  EXPECT_TRUE(is_network_filesystem("lustre"));
+  EXPECT_FALSE(is_network_filesystem("ext4"));
+}
+
+TEST(Prefetch, AvailableRamFromMeminfo) {
+  TempDir dir;
+  write_bytes(dir.file("meminfo"), "MemTotal: 100 kB\nMemFree: 10 kB\nMemAvailable:    2048 kB\n");
+  EXPECT_EQ(*available_ram_bytes(dir.file("meminfo"), ""), 2048u * 1024);
+  write_bytes(dir.file("bad"), "MemTotal: 100 kB\n");
+  auto r = available_ram_bytes(dir.file("bad"), "");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().to_string().find("no MemAvailable line"), std::string::npos);
+  EXPECT_NE(r.status().to_string().find("bad"), std::string::npos);
+  write_bytes(dir.file("bad2"), "MemAvailable: lots kB\n");
+  EXPECT_EQ(available_ram_bytes(dir.file("bad2"), "").status().code(), Code::kCorruptData);
+  EXPECT_EQ(available_ram_bytes(dir.file("none"), "").status().code(), Code::kNotFound);
+  // A cgroup limit lowers it.
+  write_bytes(dir.file("memory.max"), "1048576\n");
+  write_bytes(dir.file("memory.current"), "524288\n");
+  EXPECT_EQ(*available_ram_bytes(dir.file("meminfo"), dir.path()), 524288u);
+}
+
+struct AutoCase {
+  const char* fstype;
+  uint64_t avail_kb;
+  bool prefetch;
+  const char* reason;
+};
+
+TEST(Prefetch, AutoPolicy) {
+  TempDir dir;
+  std::string f = dir.file("w.safetensors");
+  write_bytes(f, std::string(9000, 'x'));  // 9000 bytes; 90% of 10 kB is 9216
+  const AutoCase cases[] = {
+      {"nfs", 10, true, "network filesystem and it fits"},
+      {"nfs4", 10, true, "network filesystem and it fits"},
+      {"lustre", 10, true, "network filesystem and it fits"},
+      {"nfs", 9, false, "exceeds 90% of RAM"},
+      {"ext4", 1000000, false, "not a network filesystem"},
+  };
+  for (const AutoCase& c : cases) {
+    write_bytes(dir.file("mounts"), std::string("/dev/a / ext4 rw 0 0\nsrv:/x ") + dir.path() + " " + c.fstype + " rw 0 0\n");
+    write_bytes(dir.file("meminfo"), "MemAvailable: " + std::to_string(c.avail_kb) + " kB\n");
+    auto d = decide_auto({f}, Env::Default(), dir.file("mounts"), dir.file("meminfo"));
+    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    EXPECT_EQ(d->prefetch, c.prefetch) << c.fstype << " " << c.avail_kb;
+    EXPECT_EQ(d->fstype, c.fstype);
+    EXPECT_EQ(d->checkpoint_bytes, 9000u);
+    EXPECT_NE(d->reason.find(c.reason), std::string::npos) << d->reason;
+  }
+}
+
+TEST(Prefetch, AutoStrategyResolvesAndLogs) {
+  TempDir dir;
+  testing::write_st(dir.file("w.safetensors"), {{"a", testing::make_f32({4}, 1)}});
+  write_bytes(dir.file("mounts"), std::string("srv:/x ") + dir.path() + " nfs rw 0 0\n");
+  write_bytes(dir.file("meminfo"), "MemAvailable: 1000000 kB\n");
+  LoadOptions o;
+  o.strategy = Strategy::kAuto;
+  o.mounts_path = dir.file("mounts");
+  o.meminfo_path = dir.file("meminfo");
+  std::vector<std::string> log;
+  o.log = [&](const std::string& l) { log.push_back(l); };
+  LoadStats st;
+  ASSERT_TRUE(testing::load_all({dir.file("w.safetensors")}, o, &st).ok());
+  EXPECT_EQ(st.strategy, Strategy::kPrefetch);
+  ASSERT_FALSE(log.empty());
+  EXPECT_NE(log[0].find("auto: prefetch"), std::string::npos) << log[0];
+  write_bytes(dir.file("mounts"), std::string("/dev/a ") + dir.path() + " ext4 rw 0 0\n");
+  log.clear();
+  ASSERT_TRUE(testing::load_all({dir.file("w.safetensors")}, o, &st).ok());
+  EXPECT_EQ(st.strategy, Strategy::kLazy);
+  EXPECT_NE(log[0].find("not a network filesystem"), std::string::npos) << log[0];
+}
+
+TEST(Prefetch, InvalidOptionsAreErrors) {
+  PrefetchOptions o;
+  o.threads = 0;
+  auto s = prefetch_files({}, o);
+  EXPECT_EQ(s.code(), Code::kInvalidArgument);
+  EXPECT_NE(s.message().find("thread count 0"), std::string::npos);
+  o.threads = 1;
+  o.block_size = 0;
+  s = prefetch_files({}, o);
+  EXPECT_NE(s.message().find("block size"), std::string::npos);
+  o.block_size = 16;
+  o.rank = 2;
+  o.world_size = 2;
+  EXPECT_NE(prefetch_files({}, o).message().find("rank 2 is outside [0, 2)"), std::string::npos);
+  EXPECT_FALSE(Prefetcher::start({}, o).ok());
+}
+
+TEST(Prefetch, StripesFilesByRankAndLogsEveryTenPercent) {
+  TempDir dir;
+  std::vector<std::string> files;
+  for (int i = 0; i < 20; ++i) {
+    files.push_back(dir.file("f" + std::to_string(i)));
+    write_bytes(files.back(), std::string(1000 + i, 'a'));
+  }
+  testing::CountingEnv env;
+  PrefetchOptions o;
+  o.threads = 3;
+  o.block_size = 256;
+  o.rank = 1;
+  o.world_size = 2;
+  o.env = &env;
+  std::vector<std::string> log;
+  o.log = [&](const std::string& l) { log.push_back(l); };
+  ASSERT_TRUE(prefetch_files(files, o).ok());
+  auto opened = env.opened();
+  EXPECT_EQ(opened.size(), 10u);
+  for (auto& p : opened) {
+    int idx = std::stoi(p.substr(p.rfind('f') + 1));
+    EXPECT_EQ(idx % 2, 1) << p;
+  }
+  uint64_t bytes = 0;
+  for (auto& r : env.reads()) {
+    EXPECT_LE(r.len, 256u);
+    bytes += r.len;
+  }
+  uint64_t want = 0;
+  for (int i = 1; i < 20; i += 2) want += 1000 + i;
+  EXPECT_EQ(bytes, want);
+  ASSERT_EQ(log.size(), 10u);
+  EXPECT_EQ(log[0], "Prefetching checkpoint files: 10% (1/10)");
+  EXPECT_EQ(log[9], "Prefetching checkpoint files: 100% (10/10)");
+  // A missing file is a warning, not an error.
+  log.clear();
+  o.rank = 0;
+  o.world_size = 1;
+  ASSERT_TRUE(prefetch_files({dir.file("missing")}, o).ok());
+  ASSERT_EQ(log.size(), 1u);
+  EXPECT_NE(log[0].find("warning: failed to prefetch"), std::string::npos);
+}
+
+TEST(Prefetch, CheckpointSize) {
+  TempDir dir;
+  write_bytes(dir.file("a"), "12345");
+  write_bytes(dir.file("b"), "123");
+  EXPECT_EQ(*checkpoint_size_bytes({dir.file("a"), dir.file("b")}), 8u);
+  EXPECT_EQ(checkpoint_size_bytes({dir.file("c")}).status().code(), Code::kNotFound);
+}
+
+}  // namespace
+}  // namespace wl
