@@ -190,3 +190,23 @@ TEST(CliErrors, HostileHeaderDoesNotAllocateOrCrash) {
 
 }  // namespace
 }  // namespace wl
+
+namespace wl {
+namespace {
+TEST(CliDummy, LoadDummyIsDeterministicAcrossThreadCountsAndNotTheFileBytes) {
+  TempDir dir;
+  ASSERT_EQ(run_cli({"synth", dir.file("m"), "--size", "TINY"}).exit_code, 0);
+  auto one = run_cli({"load", dir.file("m"), "--dummy", "--checksum", "--format", "jsonl", "--threads", "1"});
+  auto two = run_cli({"load", dir.file("m"), "--dummy", "--checksum", "--format", "jsonl", "--threads", "2"});
+  auto real = run_cli({"load", dir.file("m"), "--checksum", "--format", "jsonl"});
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  ASSERT_EQ(two.exit_code, 0) << two.err;
+  EXPECT_EQ(one.out, two.out);
+  EXPECT_NE(one.out, real.out);
+  EXPECT_EQ(jsonl(one.out).size(), jsonl(real.out).size());
+  EXPECT_NE(one.err.find("strategy dummy"), std::string::npos) << one.err;
+  auto seeded = run_cli({"load", dir.file("m"), "--dummy", "--dummy-seed", "7", "--checksum", "--format", "jsonl"});
+  EXPECT_NE(seeded.out, one.out);
+}
+}  // namespace
+}  // namespace wl

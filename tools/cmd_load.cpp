@@ -2,6 +2,7 @@
 //   [--threads N] [--block-size BYTES] [--tp-rank R --tp-size W] [--shard-rule PATTERN:DIM ...]
 //   [--experts IDS] [--max-memory BYTES] [--direct auto|on|off] [--no-progress]
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 
@@ -9,8 +10,11 @@
 #include <nlohmann/json.hpp>
 
 #include "command.h"
+#include "weightlift/checkpoint.h"
+#include "weightlift/dummy.h"
 #include "weightlift/expert_filter.h"
 #include "weightlift/hash.h"
+#include "weightlift/hub.h"
 #include "weightlift/loader.h"
 #include "weightlift/progress.h"
 #include "weightlift/synth.h"
@@ -34,7 +38,42 @@ struct LoadArgs {
   std::string experts;
   std::string max_memory;
   std::string direct = "auto";
+  std::string revision = "main";
+  bool offline = false;
+  bool dummy = false;
+  uint64_t dummy_seed = 1234;
 };
+
+// --dummy: every tensor allocated and filled with reproducible random values
+// (weightlift/dummy.h); only the headers are read, never the tensors' bytes.
+Result<LoadStats> load_dummy(const std::vector<std::string>& files, uint64_t seed, int threads,
+                             const std::function<Status(LoadedTensor&&)>& sink) {
+  auto t0 = std::chrono::steady_clock::now();
+  LoadStats st;
+  uint64_t ordinal = 0;
+  for (const auto& f : files) {
+    WL_ASSIGN_OR_RETURN(auto ck, open_checkpoint(f));
+    for (const auto& t : ck->tensors()) {
+      WL_ASSIGN_OR_RETURN(Tensor host, Tensor::empty(t.dtype, t.shape));
+      if (!dummy_fills(t.dtype)) std::fill(host.mutable_bytes().begin(), host.mutable_bytes().end(), std::byte{0});
+      DummyOptions o;
+      o.seed = seed;
+      o.threads = threads;
+      Status s = fill_dummy(host, o);
+      if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(f);
+      LoadedTensor lt;
+      lt.name = t.name;
+      lt.file = f;
+      lt.ordinal = ordinal++;
+      lt.view = host.view();
+      st.tensors++;
+      st.bytes += t.nbytes;
+      WL_RETURN_IF_ERROR(sink(std::move(lt)));
+    }
+  }
+  st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return st;
+}
 
 int run_load(const LoadArgs& a) {
   auto strategy = strategy_from_name(a.strategy);
@@ -74,8 +113,12 @@ int run_load(const LoadArgs& a) {
   opt.direct = a.direct == "on" ? DirectIo::kOn : a.direct == "off" ? DirectIo::kOff : DirectIo::kAuto;
 
   std::vector<std::string> files;
-  for (auto& p : a.paths) {
-    auto wf = find_weight_files(p);
+  for (auto& p0 : a.paths) {
+    HubOptions hub;
+    if (a.offline) hub.offline = true;
+    auto p = resolve_model_path(p0, a.revision, hub);  // a local path, or a Hub repository id
+    if (!p.ok()) return fail(p.status());
+    auto wf = find_weight_files(*p);
     if (!wf.ok()) return fail(wf.status());
     files.insert(files.end(), wf->files.begin(), wf->files.end());
   }
@@ -92,7 +135,7 @@ int run_load(const LoadArgs& a) {
   }
   std::vector<LoadedTensor> kept;  // the load's result: every tensor stays in memory until the end
   std::vector<std::pair<uint64_t, std::string>> rows;
-  auto r = load_files(files, opt, [&](LoadedTensor&& t) {
+  auto sink = [&](LoadedTensor&& t) {
     if (a.checksum) {
       nlohmann::ordered_json j = {{"name", t.name},
                                   {"dtype", dtype_name(t.view.dtype())},
@@ -106,14 +149,15 @@ int run_load(const LoadArgs& a) {
     }
     kept.push_back(std::move(t));
     return Status();
-  });
+  };
+  auto r = a.dummy ? load_dummy(files, a.dummy_seed, a.threads, sink) : load_files(files, opt, sink);
   if (!r.ok()) return fail(r.status());
   if (bar) bar->finish();
   // Checkpoint order whatever the strategy, so outputs compare byte for byte.
   std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.first < y.first; });
   for (auto& [_, line] : rows) std::fwrite(line.data(), 1, line.size(), stdout);
   double gbps = r->seconds > 0 ? static_cast<double>(r->bytes) / r->seconds / 1e9 : 0.0;
-  std::string strat(strategy_name(r->strategy));
+  std::string strat = a.dummy ? std::string("dummy") : std::string(strategy_name(r->strategy));
   if (r->strategy == Strategy::kStream) strat += r->direct_io ? " (O_DIRECT)" : " (buffered)";
   std::fprintf(stderr,
                "loaded %llu tensors, %llu bytes from %zu files in %.3f s (%.2f GB/s), strategy %s, peak RSS %.1f MiB, "
@@ -142,6 +186,10 @@ RunFn setup_load(CLI::App& sub) {
   sub.add_option("--experts", a->experts, "local expert ids, e.g. 0-7,12: other experts' weights are never read");
   sub.add_option("--max-memory", a->max_memory, "stream: cap on the loader's working memory, e.g. 512MiB");
   sub.add_option("--direct", a->direct, "stream: O_DIRECT auto | on | off")->check(CLI::IsMember({"auto", "on", "off"}));
+  sub.add_option("--revision", a->revision, "Hub revision when PATH is a repository id");
+  sub.add_flag("--offline", a->offline, "resolve repository ids from the local Hub cache only");
+  sub.add_flag("--dummy", a->dummy, "fill every tensor with reproducible random values instead of reading it");
+  sub.add_option("--dummy-seed", a->dummy_seed, "seed of --dummy (default 1234, as vLLM)");
   return [a] { return run_load(*a); };
 }
 
