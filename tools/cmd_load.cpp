@@ -112,16 +112,9 @@ int run_load(const LoadArgs& a) {
   }
   opt.direct = a.direct == "on" ? DirectIo::kOn : a.direct == "off" ? DirectIo::kOff : DirectIo::kAuto;
 
-  std::vector<std::string> files;
-  for (auto& p0 : a.paths) {
-    HubOptions hub;
-    if (a.offline) hub.offline = true;
-    auto p = resolve_model_path(p0, a.revision, hub);  // a local path, or a Hub repository id
-    if (!p.ok()) return fail(p.status());
-    auto wf = find_weight_files(*p);
-    if (!wf.ok()) return fail(wf.status());
-    files.insert(files.end(), wf->files.begin(), wf->files.end());
-  }
+  auto resolved = weight_files_of(a.paths, a.revision, a.offline);
+  if (!resolved.ok()) return fail(resolved.status());
+  const std::vector<std::string>& files = *resolved;
   const bool leader = a.tp_rank == 0 && a.rank == 0;
   const bool show = leader && !a.no_progress;
   if (leader && a.verbose) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

@@ -21,16 +21,9 @@ struct LsArgs {
 };
 
 int run_ls(const LsArgs& a) {
-  std::vector<std::string> files;
-  for (auto& p0 : a.paths) {
-    HubOptions hub;
-    if (a.offline) hub.offline = true;
-    auto p = resolve_model_path(p0, a.revision, hub);  // a local path, or a Hub repository id
-    if (!p.ok()) return fail(p.status());
-    auto wf = find_weight_files(*p);
-    if (!wf.ok()) return fail(wf.status());
-    files.insert(files.end(), wf->files.begin(), wf->files.end());
-  }
+  auto resolved = weight_files_of(a.paths, a.revision, a.offline);
+  if (!resolved.ok()) return fail(resolved.status());
+  const std::vector<std::string>& files = *resolved;
   std::string out;
   if (a.format == "table")
     out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", "NAME", "DTYPE", "SHAPE", "FILE", "OFFSET", "BYTES");

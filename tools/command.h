@@ -29,6 +29,11 @@ struct Register {
   Register(const char* name, const char* help, SetupFn setup) { registry().push_back({name, help, setup}); }
 };
 
+// The weight files of each PATH (a file, a model folder, or a Hub repository
+// id, downloaded or found offline), in order.
+Result<std::vector<std::string>> weight_files_of(const std::vector<std::string>& paths, const std::string& revision,
+                                                 bool offline);
+
 // Prints "weightlift: error: <file>: <what is wrong>" to stderr; returns 1.
 int fail(const Status& s);
 // Usage errors: prints the message; returns 2.

@@ -3,6 +3,8 @@
 #include <map>
 
 #include "command.h"
+#include "weightlift/hub.h"
+#include "weightlift/weight_files.h"
 
 namespace wl::cli {
 
@@ -14,6 +16,19 @@ std::vector<Command>& registry() {
 int fail(const Status& s) {
   std::fprintf(stderr, "weightlift: error: %s\n", s.to_string().c_str());
   return 1;
+}
+
+Result<std::vector<std::string>> weight_files_of(const std::vector<std::string>& paths, const std::string& revision,
+                                                 bool offline) {
+  std::vector<std::string> files;
+  for (const auto& path : paths) {
+    HubOptions hub;
+    if (offline) hub.offline = true;
+    WL_ASSIGN_OR_RETURN(std::string local, resolve_model_path(path, revision, hub));
+    WL_ASSIGN_OR_RETURN(WeightFiles wf, find_weight_files(local));
+    files.insert(files.end(), wf.files.begin(), wf.files.end());
+  }
+  return files;
 }
 
 int usage_error(const std::string& message) {
