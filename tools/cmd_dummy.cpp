@@ -53,13 +53,10 @@ int run_dummy(const DummyArgs& a) {
           sha.update(host->bytes());
         }
       } else {
-        auto host = Tensor::empty(t.dtype, t.shape);
-        if (!host.ok()) return fail(std::move(host).status().with_tensor(t.name).with_file(f));
-        if (!dummy_fills(t.dtype)) std::fill(host->mutable_bytes().begin(), host->mutable_bytes().end(), std::byte{0});
         auto start = std::chrono::steady_clock::now();
-        Status st = fill_dummy(*host, a.options);
+        auto host = dummy_tensor(t.dtype, t.shape, a.options);
         seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-        if (!st.ok()) return fail(std::move(st).with_tensor(t.name).with_file(f));
+        if (!host.ok()) return fail(std::move(host).status().with_tensor(t.name).with_file(f));
         if (a.hash) sha.update(host->bytes());
       }
       ++tensors;

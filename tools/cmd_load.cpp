@@ -54,18 +54,16 @@ Result<LoadStats> load_dummy(const std::vector<std::string>& files, uint64_t see
   for (const auto& f : files) {
     WL_ASSIGN_OR_RETURN(auto ck, open_checkpoint(f));
     for (const auto& t : ck->tensors()) {
-      WL_ASSIGN_OR_RETURN(Tensor host, Tensor::empty(t.dtype, t.shape));
-      if (!dummy_fills(t.dtype)) std::fill(host.mutable_bytes().begin(), host.mutable_bytes().end(), std::byte{0});
       DummyOptions o;
       o.seed = seed;
       o.threads = threads;
-      Status s = fill_dummy(host, o);
-      if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(f);
+      auto host = dummy_tensor(t.dtype, t.shape, o);
+      if (!host.ok()) return std::move(host).status().with_tensor(t.name).with_file(f);
       LoadedTensor lt;
       lt.name = t.name;
       lt.file = f;
       lt.ordinal = ordinal++;
-      lt.view = host.view();
+      lt.view = host->view();
       st.tensors++;
       st.bytes += t.nbytes;
       WL_RETURN_IF_ERROR(sink(std::move(lt)));

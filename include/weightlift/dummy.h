@@ -44,6 +44,9 @@ bool dummy_fills(DType dtype);
 // low <= high, both finite, and that `bytes` holds numel elements.
 Status fill_dummy(DType dtype, std::span<std::byte> bytes, uint64_t numel, const DummyOptions& options = {});
 Status fill_dummy(Tensor& tensor, const DummyOptions& options = {});
+// A new host tensor of `dtype` and `shape` filled by fill_dummy; the kinds
+// fill_dummy leaves untouched (integers, bool, complex) are zeroed.
+Result<Tensor> dummy_tensor(DType dtype, Shape shape, const DummyOptions& options = {});
 // The brief's signature, for the engine.
 inline Status fill_dummy(Tensor& tensor, double low, double high, uint64_t seed, int threads) {
   return fill_dummy(tensor, DummyOptions{low, high, seed, threads});

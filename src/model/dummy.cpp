@@ -186,6 +186,13 @@ Status fill_dummy(Tensor& tensor, const DummyOptions& options) {
   return fill_dummy(tensor.dtype(), tensor.mutable_bytes(), tensor.numel(), options);
 }
 
+Result<Tensor> dummy_tensor(DType dtype, Shape shape, const DummyOptions& options) {
+  WL_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(dtype, std::move(shape)));
+  if (!dummy_fills(dtype)) std::fill(t.mutable_bytes().begin(), t.mutable_bytes().end(), std::byte{0});
+  WL_RETURN_IF_ERROR(fill_dummy(t, options));
+  return t;
+}
+
 namespace cuda {
 
 Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel, const DummyOptions& o, int device) {
