@@ -54,7 +54,8 @@ class CountingFile : public RandomAccessFile {
   Result<std::span<const std::byte>> view(uint64_t offset, uint64_t n) const override { return f_->view(offset, n); }
   size_t alignment() const override { return f_->alignment(); }
   void advise(uint64_t offset, uint64_t n, Advice a) const override { f_->advise(offset, n, a); }
-  int fd() const override { return f_->fd(); }
+  std::string version() const override { return f_->version(); }
+  double cached_fraction() const override { return f_->cached_fraction(); }
 
  private:
   std::shared_ptr<RandomAccessFile> f_;

@@ -91,7 +91,8 @@ class FaultInjectionEnv : public EnvWrapper {
         : inner_(std::move(inner)), fault_(std::move(fault)), armed_(armed), counters_(c) {}
     const std::string& path() const override { return inner_->path(); }
     uint64_t size() const override { return inner_->size(); }
-    int fd() const override { return inner_->fd(); }
+    std::string version() const override { return inner_->version(); }
+    double cached_fraction() const override { return inner_->cached_fraction(); }
     size_t alignment() const override { return inner_->alignment(); }
     void advise(uint64_t offset, uint64_t n, Advice a) const override { inner_->advise(offset, n, a); }
 

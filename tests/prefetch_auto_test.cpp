@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include "engine_test_util.h"
+#include "fake_system.h"
 #include "test_util.h"
 #include "weightlift/loader.h"
 #include "weightlift/prefetch.h"
@@ -9,48 +10,67 @@
 namespace wl {
 namespace {
 
+using testing::FakeSystemInfo;
 using testing::TempDir;
 using testing::write_bytes;
 
 TEST(Prefetch, FilesystemTypeUsesLongestPrefix) {
-  TempDir dir;
-  write_bytes(dir.file("mounts"),
-              "rootfs / ext4 rw 0 0\n"
-              "srv:/export /data nfs4 rw 0 0\n"
-              "/dev/sdb /data/local xfs rw 0 0\n"
-              "lus /data/localx lustre rw 0 0\n"
-              "x /with\\040space nfs rw 0 0\n"
-              "garbage\n");
-  const std::string m = dir.file("mounts");
-  EXPECT_EQ(filesystem_type("/data/model/a.safetensors", m), "nfs4");
-  EXPECT_EQ(filesystem_type("/data", m), "nfs4");
-  EXPECT_EQ(filesystem_type("/data/local/a.safetensors", m), "xfs");
-  EXPECT_EQ(filesystem_type("/data/localx/a", m), "lustre");
-  EXPECT_EQ(filesystem_type("/data/localy/a", m), "nfs4");  // a prefix must end at a '/'
-  EXPECT_EQ(filesystem_type("/with space/f", m), "nfs");
-  EXPECT_EQ(filesystem_type("/home/a", m), "ext4");
-  EXPECT_EQ(filesystem_type("/home/a", dir.file("missing")), "");
+  FakeSystemInfo sys;
+  sys.mounts_text =
+      "rootfs / ext4 rw 0 0\n"
+      "srv:/export /data nfs4 rw 0 0\n"
+      "/dev/sdb /data/local xfs rw 0 0\n"
+      "lus /data/localx lustre rw 0 0\n"
+      "x /with\\040space nfs rw 0 0\n"
+      "garbage\n";
+  EXPECT_EQ(filesystem_type("/data/model/a.safetensors", &sys), "nfs4");
+  EXPECT_EQ(filesystem_type("/data", &sys), "nfs4");
+  EXPECT_EQ(filesystem_type("/data/local/a.safetensors", &sys), "xfs");
+  EXPECT_EQ(filesystem_type("/data/localx/a", &sys), "lustre");
+  EXPECT_EQ(filesystem_type("/data/localy/a", &sys), "nfs4");  // a prefix must end at a '/'
+  EXPECT_EQ(filesystem_type("/with space/f", &sys), "nfs");
+  EXPECT_EQ(filesystem_type("/home/a", &sys), "ext4");
+  FakeSystemInfo none;
+  EXPECT_EQ(filesystem_type("/home/a", &none), "");
   EXPECT_TRUE(is_network_filesystem("nfs"));
   EXPECT_TRUE(is_network_filesystem("lustre"));
   EXPECT_FALSE(is_network_filesystem("ext4"));
 }
 
 TEST(Prefetch, AvailableRamFromMeminfo) {
-  TempDir dir;
-  write_bytes(dir.file("meminfo"), "MemTotal: 100 kB\nMemFree: 10 kB\nMemAvailable:    2048 kB\n");
-  EXPECT_EQ(*available_ram_bytes(dir.file("meminfo"), ""), 2048u * 1024);
-  write_bytes(dir.file("bad"), "MemTotal: 100 kB\n");
-  auto r = available_ram_bytes(dir.file("bad"), "");
+  FakeSystemInfo sys;
+  sys.meminfo_text = "MemTotal: 100 kB\nMemFree: 10 kB\nMemAvailable:    2048 kB\n";
+  EXPECT_EQ(*available_ram_bytes(&sys), 2048u * 1024);
+  sys.meminfo_text = "MemTotal: 100 kB\n";
+  auto r = available_ram_bytes(&sys);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().to_string().find("no MemAvailable line"), std::string::npos);
-  EXPECT_NE(r.status().to_string().find("bad"), std::string::npos);
-  write_bytes(dir.file("bad2"), "MemAvailable: lots kB\n");
-  EXPECT_EQ(available_ram_bytes(dir.file("bad2"), "").status().code(), Code::kCorruptData);
-  EXPECT_EQ(available_ram_bytes(dir.file("none"), "").status().code(), Code::kNotFound);
-  // A cgroup limit lowers it.
-  write_bytes(dir.file("memory.max"), "1048576\n");
-  write_bytes(dir.file("memory.current"), "524288\n");
-  EXPECT_EQ(*available_ram_bytes(dir.file("meminfo"), dir.path()), 524288u);
+  EXPECT_NE(r.status().to_string().find("/proc/meminfo"), std::string::npos);
+  sys.meminfo_text = "MemAvailable: lots kB\n";
+  EXPECT_EQ(available_ram_bytes(&sys).status().code(), Code::kCorruptData);
+  sys.meminfo_text = "MemAvailable: 2048 MB\n";
+  EXPECT_EQ(available_ram_bytes(&sys).status().code(), Code::kCorruptData);
+  FakeSystemInfo none;
+  EXPECT_EQ(available_ram_bytes(&none).status().code(), Code::kNotFound);
+  // A cgroup limit lowers it; "max" means none.
+  sys.meminfo_text = "MemAvailable:    2048 kB\n";
+  sys.cgroup["memory.max"] = "1048576\n";
+  sys.cgroup["memory.current"] = "524288\n";
+  EXPECT_EQ(*available_ram_bytes(&sys), 524288u);
+  sys.cgroup["memory.max"] = "max\n";
+  EXPECT_EQ(*available_ram_bytes(&sys), 2048u * 1024);
+}
+
+TEST(SystemInfo, ProcessCounters) {
+  FakeSystemInfo sys;
+  sys.status_text = "Name: x\nVmPeak:  9 kB\nVmHWM:   1234 kB\nVmRSS: 12 kB\n";
+  sys.io_text = "rchar: 100\nwchar: 7\nread_bytes: 4096\nwrite_bytes: 0\n";
+  EXPECT_EQ(peak_rss_bytes(&sys), 1234u * 1024);
+  EXPECT_EQ(storage_read_bytes(&sys), 4096u);
+  FakeSystemInfo none;
+  EXPECT_EQ(peak_rss_bytes(&none), 0u);
+  EXPECT_EQ(storage_read_bytes(&none), 0u);
+  EXPECT_GT(peak_rss_bytes(), 0u);  // the real /proc
 }
 
 struct AutoCase {
@@ -72,9 +92,10 @@ TEST(Prefetch, AutoPolicy) {
       {"ext4", 1000000, false, "not a network filesystem"},
   };
   for (const AutoCase& c : cases) {
-    write_bytes(dir.file("mounts"), std::string("/dev/a / ext4 rw 0 0\nsrv:/x ") + dir.path() + " " + c.fstype + " rw 0 0\n");
-    write_bytes(dir.file("meminfo"), "MemAvailable: " + std::to_string(c.avail_kb) + " kB\n");
-    auto d = decide_auto({f}, Env::Default(), dir.file("mounts"), dir.file("meminfo"));
+    FakeSystemInfo sys;
+    sys.mounts_text = std::string("/dev/a / ext4 rw 0 0\nsrv:/x ") + dir.path() + " " + c.fstype + " rw 0 0\n";
+    sys.meminfo_text = "MemAvailable: " + std::to_string(c.avail_kb) + " kB\n";
+    auto d = decide_auto({f}, Env::Default(), &sys);
     ASSERT_TRUE(d.ok()) << d.status().to_string();
     EXPECT_EQ(d->prefetch, c.prefetch) << c.fstype << " " << c.avail_kb;
     EXPECT_EQ(d->fstype, c.fstype);
@@ -86,12 +107,12 @@ TEST(Prefetch, AutoPolicy) {
 TEST(Prefetch, AutoStrategyResolvesAndLogs) {
   TempDir dir;
   testing::write_st(dir.file("w.safetensors"), {{"a", testing::make_f32({4}, 1)}});
-  write_bytes(dir.file("mounts"), std::string("srv:/x ") + dir.path() + " nfs rw 0 0\n");
-  write_bytes(dir.file("meminfo"), "MemAvailable: 1000000 kB\n");
+  FakeSystemInfo sys;
+  sys.mounts_text = std::string("srv:/x ") + dir.path() + " nfs rw 0 0\n";
+  sys.meminfo_text = "MemAvailable: 1000000 kB\n";
   LoadOptions o;
   o.strategy = Strategy::kAuto;
-  o.mounts_path = dir.file("mounts");
-  o.meminfo_path = dir.file("meminfo");
+  o.system = &sys;
   std::vector<std::string> log;
   o.log = [&](const std::string& l) { log.push_back(l); };
   LoadStats st;
@@ -99,7 +120,7 @@ TEST(Prefetch, AutoStrategyResolvesAndLogs) {
   EXPECT_EQ(st.strategy, Strategy::kPrefetch);
   ASSERT_FALSE(log.empty());
   EXPECT_NE(log[0].find("auto: prefetch"), std::string::npos) << log[0];
-  write_bytes(dir.file("mounts"), std::string("/dev/a ") + dir.path() + " ext4 rw 0 0\n");
+  sys.mounts_text = std::string("/dev/a ") + dir.path() + " ext4 rw 0 0\n";
   log.clear();
   ASSERT_TRUE(testing::load_all({dir.file("w.safetensors")}, o, &st).ok());
   EXPECT_EQ(st.strategy, Strategy::kLazy);

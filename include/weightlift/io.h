@@ -1,12 +1,25 @@
 // weightlift/io.h: the I/O seam (leveldb's Env, rocksdb's read contract).
 //
-// All file access of the library goes through Env, so tests can count or
-// break reads (see FaultInjectionEnv in tests/) and other backends (object
-// storage, HTTP) can stand in for local files.
+// All file access of the library goes through Env: reads, writes, renames,
+// directories. Tests count or break any of it (FaultInjectionEnv in tests/),
+// and other sources stand in for local files behind the same interface.
+//
+// Sources: Env::Default() serves local paths and URLs alike. A path of the
+// form "scheme://..." goes to the source registered for its scheme
+// (register_url_scheme): "http://" and "https://" (ranged GETs), "s3://" and
+// "gs://" (the S3 protocol). Everything above this seam (formats, planner,
+// strategies, destinations) is the same for a local file and an object.
 //
 // The read contract: RandomAccessFile::read_at() fills the whole buffer or
-// returns an error. Short reads and EINTR are retried inside; a range past
-// the end of the file is kOutOfRange. No caller ever sees a partial read.
+// returns an error. Short reads, EINTR and (for network sources) dropped
+// connections are retried inside; a range past the end is kOutOfRange. No
+// caller ever sees a partial read.
+//
+// Versions: a RandomAccessFile reads one version of its file for its whole
+// life (an open descriptor, an object's ETag). version() names it, so that a
+// reader which closes and reopens a file (to stay under the descriptor
+// limit) can insist on the same bytes: OpenOptions::expect_version makes
+// open() fail with kAborted when the file was replaced in between.
 #pragma once
 
 #include <cstddef>
@@ -25,19 +38,26 @@ namespace wl {
 enum class Advice { kNormal, kSequential, kRandom, kWillNeed, kDontNeed };
 
 enum class FileMode {
-  kMmap,    // the file is mapped; view() returns zero-copy spans
-  kPread,   // buffered pread()
-  kDirect,  // pread() with O_DIRECT, falling back to buffered where refused
+  kMmap,         // mapped read-only and shared; view() returns zero-copy spans
+  kMmapPrivate,  // mapped copy-on-write (MAP_PRIVATE, PROT_READ|PROT_WRITE):
+                 // view() spans may be written through a const_cast; a write
+                 // copies the page for this process and never reaches the file
+  kPread,        // buffered pread()
+  kDirect,       // pread() with O_DIRECT, falling back to buffered where refused
 };
 
 struct OpenOptions {
   FileMode mode = FileMode::kMmap;
-  bool populate = false;  // kMmap: pre-fault the mapping (MAP_POPULATE)
+  bool populate = false;  // kMmap*: pre-fault the mapping (MAP_POPULATE)
+  // Non-empty: open() fails with kAborted ("changed since it was planned")
+  // unless the file's version() equals this.
+  std::string expect_version;
 };
 
 // An open, immutable file. Thread-safe: every method may be called from many
 // threads at once. Created only through Env::open(); held by shared_ptr so
-// that views can keep it alive.
+// that views can keep it alive. Sources that are not local files (HTTP, S3)
+// implement the same contract; view() is then kUnimplemented.
 class RandomAccessFile : public std::enable_shared_from_this<RandomAccessFile> {
  public:
   virtual ~RandomAccessFile() = default;
@@ -47,7 +67,7 @@ class RandomAccessFile : public std::enable_shared_from_this<RandomAccessFile> {
   virtual uint64_t size() const = 0;
 
   // Reads exactly dst.size() bytes starting at `offset` into dst, or fails.
-  // Errors name the file. Any alignment of dst/offset is accepted.
+  // Errors name the file (or URL). Any alignment of dst/offset is accepted.
   virtual Status read_at(uint64_t offset, std::span<std::byte> dst) const = 0;
 
   // Zero-copy bytes [offset, offset+n) when the file is memory-mapped;
@@ -60,18 +80,56 @@ class RandomAccessFile : public std::enable_shared_from_this<RandomAccessFile> {
   // A hint (posix_fadvise / madvise); failures are ignored.
   virtual void advise(uint64_t offset, uint64_t n, Advice advice) const;
 
-  // The open file descriptor, or -1 when there is none (a fake in tests).
-  virtual int fd() const { return -1; }
+  // The version this object reads: "dev:ino:size:mtime_ns" for a local file,
+  // the ETag for an object. "" when the source cannot tell (never matches an
+  // expect_version).
+  virtual std::string version() const { return {}; }
+
+  // Fraction of a sample of the file's pages that sit in the page cache
+  // (0..1), or -1 when it cannot be told (not a local file).
+  virtual double cached_fraction() const { return -1; }
+
+  // True for sources where every read is a network request (HTTP, S3): the
+  // planner then prefers few large ranged reads and never maps the file.
+  virtual bool is_remote() const { return false; }
+};
+
+// A file being written. Not thread-safe, except write_at() on disjoint ranges.
+// Every method returns all-or-error (ENOSPC is kIoError naming the file).
+// The destructor closes the file without syncing.
+class WritableFile {
+ public:
+  virtual ~WritableFile() = default;
+  virtual const std::string& path() const = 0;
+  virtual Status append(std::span<const std::byte> data) = 0;
+  Status append(std::string_view text) { return append(std::as_bytes(std::span(text.data(), text.size()))); }
+  // Writes at an offset (for writers that fill a file out of order).
+  virtual Status write_at(uint64_t offset, std::span<const std::byte> data) = 0;
+  // Sets the size (ftruncate); the append position moves to the new end.
+  virtual Status truncate(uint64_t size) = 0;
+  // Current size in bytes.
+  virtual Result<uint64_t> size() const = 0;
+  virtual Status sync() = 0;   // fsync
+  virtual Status close() = 0;  // idempotent; the first error of close()
+};
+
+struct WriteOptions {
+  unsigned mode = 0644;     // permission bits for a new file (minus umask)
+  bool truncate = true;     // false: keep existing contents (resume), append at the end
+  bool exclusive = false;   // fail with kAlreadyExists when the file exists
 };
 
 struct DirEntry {
   std::string name;  // base name
   bool is_dir = false;
   bool is_symlink = false;
+  uint64_t size = 0;  // for files, when the listing tells it (object stores do); else 0
 };
 
 // The environment: opening, listing and writing files.
-// Default() is a process-wide POSIX implementation; thread-safe.
+// Default() is a process-wide implementation (POSIX files plus registered URL
+// schemes); thread-safe. Write-side methods on a URL are kUnimplemented unless
+// the scheme's source supports them.
 class Env {
  public:
   virtual ~Env() = default;
@@ -81,8 +139,22 @@ class Env {
   virtual Result<uint64_t> file_size(const std::string& path) = 0;
   virtual bool exists(const std::string& path) = 0;
   virtual bool is_directory(const std::string& path) = 0;
-  // Entries of a directory, sorted by name.
+  // Entries of a directory (for an object store: the keys and common prefixes
+  // one level below "prefix/"), sorted by name.
   virtual Result<std::vector<DirEntry>> list_dir(const std::string& path) = 0;
+
+  // ---- write side ----
+  virtual Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& options = {});
+  // mkdir -p; an existing directory is fine.
+  virtual Status create_dirs(const std::string& path, unsigned mode = 0755);
+  // rename(2): atomic replacement of `to` on the same filesystem.
+  virtual Status rename(const std::string& from, const std::string& to);
+  // unlink(2) (or rmdir for an empty directory); a missing path is kNotFound.
+  virtual Status remove(const std::string& path);
+  // A symbolic link at `link` pointing to `target` (stored as given).
+  virtual Status symlink(const std::string& target, const std::string& link);
+  // fsync of a directory (after a rename into it). Failures are ignored by callers that only hint.
+  virtual Status sync_dir(const std::string& path);
 };
 
 // Forwards everything to a target Env: subclass to intercept some calls.
@@ -96,49 +168,72 @@ class EnvWrapper : public Env {
   bool exists(const std::string& path) override { return target_->exists(path); }
   bool is_directory(const std::string& path) override { return target_->is_directory(path); }
   Result<std::vector<DirEntry>> list_dir(const std::string& path) override { return target_->list_dir(path); }
+  Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& o) override {
+    return target_->new_writable(path, o);
+  }
+  Status create_dirs(const std::string& path, unsigned mode) override { return target_->create_dirs(path, mode); }
+  Status rename(const std::string& from, const std::string& to) override { return target_->rename(from, to); }
+  Status remove(const std::string& path) override { return target_->remove(path); }
+  Status symlink(const std::string& target, const std::string& link) override { return target_->symlink(target, link); }
+  Status sync_dir(const std::string& path) override { return target_->sync_dir(path); }
   Env* target() const { return target_; }
 
  private:
   Env* target_;
 };
 
-// Writes a file atomically: bytes go to a temporary file in the same
-// directory ("<name>.tmp.XXXXXX"); commit() fsyncs it, renames it over the
-// final name and fsyncs the directory. If commit() is not reached (error,
+// ---- URL sources ----
+// "s3" in "s3://bucket/key"; "" for a local path.
+std::string_view url_scheme(std::string_view path);
+inline bool is_url(std::string_view path) { return !url_scheme(path).empty(); }
+// Makes Env::Default() send paths of `scheme` ("s3", "gs", "http", "https")
+// to `env` (not owned; must outlive every use). Thread-safe; a later
+// registration for the same scheme replaces the earlier one. The library
+// registers its own sources on first use of Env::Default().
+void register_url_scheme(std::string scheme, Env* env);
+
+// Writes a file atomically through an Env: bytes go to a temporary file in the
+// same directory ("<name>.tmp.XXXXXX"); commit() syncs it, renames it over the
+// final name and syncs the directory. If commit() is not reached (error,
 // exception, crash) the final name is untouched and the temporary is removed
-// by the destructor. Not thread-safe. Move-only.
+// by the destructor. Not thread-safe, except write_at() on disjoint ranges. Move-only.
 class AtomicFile {
  public:
-  static Result<AtomicFile> create(const std::string& final_path, unsigned mode = 0644);
+  static Result<AtomicFile> create(const std::string& final_path, unsigned mode = 0644, Env* env = Env::Default());
   AtomicFile(AtomicFile&& o) noexcept;
   AtomicFile& operator=(AtomicFile&&) = delete;
   AtomicFile(const AtomicFile&) = delete;
   ~AtomicFile();
 
-  // Appends all bytes or fails (ENOSPC is kIoError naming the file).
   Status append(std::span<const std::byte> data);
   Status append(std::string_view text) { return append(std::as_bytes(std::span(text.data(), text.size()))); }
-  // Writes at an offset (for writers that fill a file out of order).
   Status write_at(uint64_t offset, std::span<const std::byte> data);
-  // Sets the size up front (ftruncate) so write_at() can fill it in parallel.
+  // Sets the size up front so write_at() can fill it in parallel.
   Status resize(uint64_t size);
   Status commit();
   const std::string& temp_path() const { return temp_path_; }
   const std::string& final_path() const { return final_path_; }
-  int fd() const { return fd_; }
 
  private:
-  AtomicFile(std::string final_path, std::string temp_path, int fd)
-      : final_path_(std::move(final_path)), temp_path_(std::move(temp_path)), fd_(fd) {}
+  AtomicFile(Env* env, std::string final_path, std::string temp_path, std::unique_ptr<WritableFile> file)
+      : env_(env), final_path_(std::move(final_path)), temp_path_(std::move(temp_path)), file_(std::move(file)) {}
+  Env* env_ = nullptr;
   std::string final_path_;
   std::string temp_path_;
-  int fd_ = -1;
-  uint64_t offset_ = 0;
+  std::unique_ptr<WritableFile> file_;
   bool committed_ = false;
 };
 
-// Convenience: the whole file, via Env::Default().
-Result<std::string> read_file_to_string(const std::string& path, uint64_t max_bytes = uint64_t{1} << 30);
-Status write_file_atomic(const std::string& path, std::string_view contents);
+// Convenience: the whole file, through `env`.
+Result<std::string> read_file_to_string(const std::string& path, uint64_t max_bytes = uint64_t{1} << 30,
+                                        Env* env = Env::Default());
+Status write_file_atomic(const std::string& path, std::string_view contents, Env* env = Env::Default());
+
+// "a/b" of "a/b/c"; "." for a bare name; "/" for "/c".
+std::string parent_dir(std::string_view path);
+// "c" of "a/b/c" (and of "a/b/c/"); URLs alike.
+std::string base_name(std::string_view path);
+// a + "/" + b without doubling the slash.
+std::string join_path(std::string_view a, std::string_view b);
 
 }  // namespace wl

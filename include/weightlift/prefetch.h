@@ -2,7 +2,7 @@
 // (the reference's: prefetch on a network filesystem when the checkpoint fits
 // in 90% of available RAM, else lazy).
 //
-// System files (/proc/mounts, /proc/meminfo) are parameters so tests can
+// System facts come through SystemInfo (weightlift/system.h) so tests can
 // feed fakes. Functions are thread-safe; Prefetcher is used from one thread.
 #pragma once
 
@@ -16,29 +16,15 @@
 
 #include "weightlift/io.h"
 #include "weightlift/status.h"
+#include "weightlift/system.h"
 
 namespace wl {
 
 inline constexpr int kDefaultPrefetchThreads = 8;
 inline constexpr uint64_t kDefaultPrefetchBlockSize = uint64_t{16} << 20;
-inline constexpr const char* kProcMounts = "/proc/mounts";
-inline constexpr const char* kProcMeminfo = "/proc/meminfo";
 
 // Sum of the files' sizes in bytes.
 Result<uint64_t> checkpoint_size_bytes(const std::vector<std::string>& files, Env* env = Env::Default());
-
-// MemAvailable from a meminfo file, in bytes; also capped by the cgroup v2
-// limit (memory.max - memory.current) when `cgroup_dir` is non-empty and
-// readable. A missing or malformed meminfo is an error naming the file.
-Result<uint64_t> available_ram_bytes(const std::string& meminfo_path = kProcMeminfo,
-                                     const std::string& cgroup_dir = "/sys/fs/cgroup");
-
-// The filesystem type serving `path` by the longest mount-point prefix over
-// a mounts table ("" when none matches or the table cannot be read). `path`
-// is resolved with realpath() first when it exists. Octal escapes ("\040")
-// in mount points are decoded.
-std::string filesystem_type(const std::string& path, const std::string& mounts_path = kProcMounts);
-bool is_network_filesystem(std::string_view fstype);  // nfs, nfs4, lustre
 
 struct AutoDecision {
   bool prefetch = false;
@@ -47,10 +33,10 @@ struct AutoDecision {
   uint64_t available_bytes = 0;
   std::string reason;  // one line for the log
 };
-// The `auto` policy over the first file's filesystem.
+// The `auto` policy over the first file's filesystem (a URL's scheme names
+// its "filesystem"; object stores are not prefetched into the page cache).
 Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env = Env::Default(),
-                                 const std::string& mounts_path = kProcMounts,
-                                 const std::string& meminfo_path = kProcMeminfo, const std::string& cgroup_dir = "");
+                                 SystemInfo* sys = SystemInfo::Default());
 
 struct PrefetchOptions {
   int threads = kDefaultPrefetchThreads;       // >= 1

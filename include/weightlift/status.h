@@ -28,6 +28,8 @@ enum class Code : uint8_t {
   kPermissionDenied, // EACCES, gated repository, bad token
   kAlreadyExists,
   kInternal,         // a bug in weightlift
+  kAborted,          // a concurrent change or a peer's failure stopped the work
+                     // (a file replaced mid-load, another rank failed); retrying may succeed
 };
 
 // Stable lower-case name of a code ("corrupt data"), for messages and tests.
@@ -50,6 +52,7 @@ class [[nodiscard]] Status {
   static Status PermissionDenied(std::string m) { return {Code::kPermissionDenied, std::move(m)}; }
   static Status AlreadyExists(std::string m) { return {Code::kAlreadyExists, std::move(m)}; }
   static Status Internal(std::string m) { return {Code::kInternal, std::move(m)}; }
+  static Status Aborted(std::string m) { return {Code::kAborted, std::move(m)}; }
 
   // errno translation, in one place: ENOENT -> kNotFound, EACCES -> kPermissionDenied,
   // EINVAL -> kInvalidArgument, everything else kIoError. `what` says what failed.

@@ -9,7 +9,6 @@
 // Errors cross as Python exceptions carrying wl::Status::to_string().
 //
 // GIL: every call that reads files releases it.
-#include <sys/mman.h>
 
 #include <atomic>
 #include <condition_variable>
@@ -115,31 +114,9 @@ nb::tuple tensor_tuple(const wl::TensorView& v) {
                         bytes_array(v.bytes(), v.owner()));
 }
 
-// A private, copy-on-write mapping of a whole file (PROT_READ|PROT_WRITE,
-// MAP_PRIVATE), as safetensors' own torch path uses: tensors are zero-copy and
-// writable; a write copies the touched page and never reaches the file.
-struct CowMapping {
-  void* base = nullptr;
-  size_t size = 0;
-  ~CowMapping() {
-    if (base && base != MAP_FAILED) ::munmap(base, size);
-  }
-};
-
-// The whole file mapped copy-on-write; null for an empty file or one without
-// a descriptor (then callers read private copies instead).
-std::shared_ptr<CowMapping> map_cow(const wl::RandomAccessFile& f) {
-  if (f.fd() < 0 || f.size() == 0) return nullptr;
-  auto m = std::make_shared<CowMapping>();
-  m->size = f.size();
-  m->base = ::mmap(nullptr, m->size, PROT_READ | PROT_WRITE, MAP_PRIVATE, f.fd(), 0);
-  if (m->base == MAP_FAILED) {
-    m->base = nullptr;
-    raise(wl::Status::FromErrno(errno, "cannot mmap").with_file(f.path()));
-  }
-  ::madvise(m->base, m->size, MADV_SEQUENTIAL);
-  return m;
-}
+// Files are mapped copy-on-write (Env kMmapPrivate), as safetensors' own
+// torch path maps them: tensors are zero-copy and writable; a write copies the
+// touched page for this process and never reaches the file.
 
 // ---- SafetensorsFile ----------------------------------------------------------
 
@@ -153,9 +130,8 @@ class PySafetensorsFile {
     }
     if (strategy != "lazy")
       raise(wl::Status::InvalidArgument("unknown strategy '" + strategy + "' (expected lazy or eager)").with_file(path));
-    auto raw = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kPread}));
+    auto raw = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kMmapPrivate}));
     file_ = unwrap(wl::SafetensorsFile::open(raw, wl::LoadMode::kLazy));
-    cow_ = map_cow(*raw);
   }
 
   const std::string& path() const { return file_->path(); }
@@ -183,10 +159,6 @@ class PySafetensorsFile {
   nb::tuple get(const std::string& name) const {
     const wl::TensorInfo* t = file_->find(name);
     if (!t) raise(wl::Status::NotFound("no tensor named '" + name + "'").with_file(path()));
-    if (cow_) {
-      auto span = std::span<const std::byte>(static_cast<const std::byte*>(cow_->base) + t->offset, t->nbytes);
-      return nb::make_tuple(std::string(wl::dtype_name(t->dtype)), nb::cast(t->shape), bytes_array(span, cow_));
-    }
     wl::TensorView v;
     {
       nb::gil_scoped_release nogil;
@@ -208,7 +180,6 @@ class PySafetensorsFile {
  private:
   std::string strategy_;
   std::shared_ptr<wl::SafetensorsFile> file_;
-  std::shared_ptr<CowMapping> cow_;
 };
 
 // ---- any checkpoint (CheckpointReader) ------------------------------------------
@@ -222,10 +193,7 @@ class PyCheckpoint {
     // of a private copy-on-write mapping; the others are read into copies.
     bool any_offset = false;
     for (auto& t : reader_->tensors()) any_offset |= t.file_offset.has_value();
-    if (any_offset) {
-      auto raw = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kPread}));
-      cow_ = map_cow(*raw);
-    }
+    if (any_offset) cow_ = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kMmapPrivate}));
   }
   const std::string& path() const { return reader_->path(); }
   std::string format() const { return std::string(reader_->format_name()); }
@@ -239,9 +207,10 @@ class PyCheckpoint {
   nb::tuple get(size_t index) const {
     if (index >= reader_->tensors().size()) raise(wl::Status::OutOfRange("tensor index out of range").with_file(path()));
     const wl::CheckpointTensor& t = reader_->tensors()[index];
-    if (cow_ && t.file_offset && *t.file_offset <= cow_->size && t.nbytes <= cow_->size - *t.file_offset) {
-      auto span = std::span<const std::byte>(static_cast<const std::byte*>(cow_->base) + *t.file_offset, t.nbytes);
-      return nb::make_tuple(std::string(wl::dtype_name(t.dtype)), nb::cast(t.shape), bytes_array(span, cow_));
+    if (cow_ && t.file_offset) {
+      auto span = cow_->view(*t.file_offset, t.nbytes);
+      if (span.ok())
+        return nb::make_tuple(std::string(wl::dtype_name(t.dtype)), nb::cast(t.shape), bytes_array(*span, cow_));
     }
     wl::Tensor copy;
     {
@@ -253,7 +222,7 @@ class PyCheckpoint {
 
  private:
   std::unique_ptr<wl::CheckpointReader> reader_;
-  std::shared_ptr<CowMapping> cow_;
+  std::shared_ptr<wl::RandomAccessFile> cow_;  // copy-on-write mapping of the file
 };
 
 // ---- the streaming loader ---------------------------------------------------------
@@ -475,7 +444,7 @@ NB_MODULE(_core, m) {
     for (int i = 0; i < wl::kDTypeCount; ++i) out.emplace_back(wl::dtype_name(static_cast<wl::DType>(i)));
     return out;
   });
-  m.def("peak_rss_bytes", &wl::peak_rss_bytes);
+  m.def("peak_rss_bytes", [] { return wl::peak_rss_bytes(); });
 
   // ---- Hugging Face Hub (huggingface_hub's cache layout) -------------------------
   // Log lines come from download threads; they are collected and returned to

@@ -21,6 +21,7 @@ std::string_view code_name(Code code) {
     case Code::kPermissionDenied: return "permission denied";
     case Code::kAlreadyExists: return "already exists";
     case Code::kInternal: return "internal";
+    case Code::kAborted: return "aborted";
   }
   return "unknown";
 }

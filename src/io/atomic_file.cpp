@@ -1,10 +1,11 @@
+// AtomicFile: a temporary beside the final name, renamed over it on commit,
+// all through the Env (so fault injection covers every write).
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <cstdlib>
-#include <vector>
+#include <atomic>
+#include <chrono>
+#include <random>
 
 #include <fmt/format.h>
 
@@ -13,83 +14,77 @@
 namespace wl {
 
 namespace {
-std::string dir_of(const std::string& path) {
-  auto pos = path.rfind('/');
-  if (pos == std::string::npos) return ".";
-  if (pos == 0) return "/";
-  return path.substr(0, pos);
+
+// Six random characters for a temporary name (mkstemp's alphabet).
+std::string random_suffix() {
+  static constexpr char kAlphabet[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+  static std::atomic<uint64_t> counter{0};
+  std::mt19937_64 rng(std::random_device{}() ^ (static_cast<uint64_t>(::getpid()) << 32) ^ counter.fetch_add(1) ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  std::string s(6, 'x');
+  for (char& c : s) c = kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+  return s;
 }
+
 }  // namespace
 
-Result<AtomicFile> AtomicFile::create(const std::string& final_path, unsigned mode) {
+Result<AtomicFile> AtomicFile::create(const std::string& final_path, unsigned mode, Env* env) {
   if (final_path.empty()) return Status::InvalidArgument("empty output path");
-  std::string tmpl = final_path + ".tmp.XXXXXX";
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  int fd = ::mkostemp(buf.data(), O_CLOEXEC);
-  if (fd < 0) return Status::FromErrno(errno, "cannot create temporary file").with_file(final_path);
-  // mkostemp creates 0600; honour the requested mode (minus umask) as open() would.
-  mode_t mask = ::umask(0);
-  ::umask(mask);
-  (void)::fchmod(fd, static_cast<mode_t>(mode) & ~mask);
-  return AtomicFile(final_path, std::string(buf.data()), fd);
+  if (env == nullptr) return Status::InvalidArgument("AtomicFile needs an Env").with_file(final_path);
+  for (int attempt = 0;; ++attempt) {
+    std::string tmp = final_path + ".tmp." + random_suffix();
+    auto f = env->new_writable(tmp, {.mode = mode, .truncate = true, .exclusive = true});
+    if (f.ok()) return AtomicFile(env, final_path, tmp, std::move(*f));
+    if (f.status().code() != Code::kAlreadyExists || attempt >= 100)
+      return Status(f.status().code(), "cannot create temporary file: " + f.status().message()).with_file(final_path);
+  }
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : final_path_(std::move(o.final_path_)),
+    : env_(o.env_),
+      final_path_(std::move(o.final_path_)),
       temp_path_(std::move(o.temp_path_)),
-      fd_(std::exchange(o.fd_, -1)),
-      offset_(o.offset_),
+      file_(std::move(o.file_)),
       committed_(o.committed_) {
   o.committed_ = true;  // the moved-from object owns nothing to clean up
 }
 
 AtomicFile::~AtomicFile() {
-  if (fd_ >= 0) ::close(fd_);
-  if (!committed_ && !temp_path_.empty()) ::unlink(temp_path_.c_str());
+  if (file_) (void)file_->close();
+  if (!committed_ && !temp_path_.empty() && env_) (void)env_->remove(temp_path_);
 }
 
 Status AtomicFile::write_at(uint64_t offset, std::span<const std::byte> data) {
-  if (fd_ < 0) return Status::Internal("write after commit").with_file(final_path_);
-  const std::byte* p = data.data();
-  size_t n = data.size();
-  while (n > 0) {
-    ssize_t w = ::pwrite(fd_, p, std::min<size_t>(n, size_t{1} << 30), static_cast<off_t>(offset));
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return Status::FromErrno(errno, "write failed").with_file(final_path_);
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-    offset += static_cast<uint64_t>(w);
-  }
-  return Status();
+  if (!file_) return Status::Internal("write after commit").with_file(final_path_);
+  Status s = file_->write_at(offset, data);
+  if (!s.ok()) return Status(s.code(), s.message()).with_file(final_path_);
+  return s;
 }
 
 Status AtomicFile::append(std::span<const std::byte> data) {
-  WL_RETURN_IF_ERROR(write_at(offset_, data));
-  offset_ += data.size();
-  return Status();
+  if (!file_) return Status::Internal("write after commit").with_file(final_path_);
+  Status s = file_->append(data);
+  if (!s.ok()) return Status(s.code(), s.message()).with_file(final_path_);
+  return s;
 }
 
 Status AtomicFile::resize(uint64_t size) {
-  if (::ftruncate(fd_, static_cast<off_t>(size)) != 0)
-    return Status::FromErrno(errno, "cannot resize").with_file(final_path_);
-  return Status();
+  if (!file_) return Status::Internal("resize after commit").with_file(final_path_);
+  Status s = file_->truncate(size);
+  if (!s.ok()) return Status(s.code(), s.message()).with_file(final_path_);
+  return s;
 }
 
 Status AtomicFile::commit() {
-  if (fd_ < 0) return Status::Internal("commit twice").with_file(final_path_);
-  if (::fsync(fd_) != 0) return Status::FromErrno(errno, "fsync failed").with_file(final_path_);
-  if (::close(std::exchange(fd_, -1)) != 0) return Status::FromErrno(errno, "close failed").with_file(final_path_);
-  if (::rename(temp_path_.c_str(), final_path_.c_str()) != 0)
-    return Status::FromErrno(errno, "cannot rename temporary file into place").with_file(final_path_);
+  if (!file_) return Status::Internal("commit twice").with_file(final_path_);
+  auto fail = [&](const Status& s) { return Status(s.code(), s.message()).with_file(final_path_); };
+  if (Status s = file_->sync(); !s.ok()) return fail(s);
+  if (Status s = file_->close(); !s.ok()) return fail(s);
+  file_.reset();
+  if (Status s = env_->rename(temp_path_, final_path_); !s.ok())
+    return Status(s.code(), "cannot rename temporary file into place: " + s.message()).with_file(final_path_);
   committed_ = true;
-  int dfd = ::open(dir_of(final_path_).c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);
-    ::close(dfd);
-  }
+  (void)env_->sync_dir(parent_dir(final_path_));
   return Status();
 }
 

@@ -8,9 +8,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <utility>
 
 #include <fmt/format.h>
 
+#include "io/sources.h"
 #include "io/unique_fd.h"
 #include "util/checked.h"
 #include "weightlift/io.h"
@@ -22,9 +25,12 @@ Result<std::span<const std::byte>> RandomAccessFile::view(uint64_t, uint64_t) co
   return Status::Unimplemented("file is not memory-mapped").with_file(path());
 }
 
-void RandomAccessFile::advise(uint64_t offset, uint64_t n, Advice advice) const {
-  int fd_ = fd();
-  if (fd_ < 0) return;
+void RandomAccessFile::advise(uint64_t, uint64_t, Advice) const {}
+
+namespace {
+
+void fadvise(int fd, uint64_t offset, uint64_t n, Advice advice) {
+  if (fd < 0) return;
   int a = POSIX_FADV_NORMAL;
   switch (advice) {
     case Advice::kNormal: a = POSIX_FADV_NORMAL; break;
@@ -33,10 +39,32 @@ void RandomAccessFile::advise(uint64_t offset, uint64_t n, Advice advice) const 
     case Advice::kWillNeed: a = POSIX_FADV_WILLNEED; break;
     case Advice::kDontNeed: a = POSIX_FADV_DONTNEED; break;
   }
-  (void)::posix_fadvise(fd_, static_cast<off_t>(offset), static_cast<off_t>(n), a);
+  (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), a);
 }
 
-namespace {
+std::string stat_version(const struct stat& st) {
+  return fmt::format("{}:{}:{}:{}", static_cast<uint64_t>(st.st_dev), static_cast<uint64_t>(st.st_ino),
+                     static_cast<int64_t>(st.st_size),
+                     static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec);
+}
+
+// Fraction of a sample of the file's pages in the page cache (0..1), or -1.
+double residency(int fd, uint64_t size) {
+  if (fd < 0 || size == 0) return -1;
+  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  if (p == MAP_FAILED) return -1;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t pages = (size + page - 1) / page;
+  const uint64_t samples = std::min<uint64_t>(pages, 256);
+  uint64_t hits = 0;
+  for (uint64_t i = 0; i < samples; ++i) {
+    uint64_t pg = i * pages / samples;
+    unsigned char v = 0;
+    if (::mincore(static_cast<char*>(p) + pg * page, page, &v) == 0 && (v & 1)) ++hits;
+  }
+  ::munmap(p, size);
+  return static_cast<double>(hits) / static_cast<double>(samples);
+}
 
 Status check_range(const RandomAccessFile& f, uint64_t offset, uint64_t n) {
   uint64_t end = 0;
@@ -73,10 +101,13 @@ Status pread_full(int fd, const std::string& path, uint64_t offset, std::byte* d
 
 class PosixFile : public RandomAccessFile {
  public:
-  PosixFile(std::string path, UniqueFd fd, uint64_t size) : path_(std::move(path)), fd_(std::move(fd)), size_(size) {}
+  PosixFile(std::string path, UniqueFd fd, uint64_t size, std::string version)
+      : path_(std::move(path)), fd_(std::move(fd)), size_(size), version_(std::move(version)) {}
   const std::string& path() const override { return path_; }
   uint64_t size() const override { return size_; }
-  int fd() const override { return fd_.get(); }
+  std::string version() const override { return version_; }
+  double cached_fraction() const override { return residency(fd_.get(), size_); }
+  void advise(uint64_t offset, uint64_t n, Advice advice) const override { fadvise(fd_.get(), offset, n, advice); }
   Status read_at(uint64_t offset, std::span<std::byte> dst) const override {
     WL_RETURN_IF_ERROR(check_range(*this, offset, dst.size()));
     return pread_full(fd_.get(), path_, offset, dst.data(), dst.size());
@@ -86,6 +117,7 @@ class PosixFile : public RandomAccessFile {
   std::string path_;
   UniqueFd fd_;
   uint64_t size_;
+  std::string version_;
 };
 
 // O_DIRECT: aligned interior straight into the caller's buffer when it is
@@ -95,8 +127,8 @@ class DirectFile final : public PosixFile {
  public:
   static constexpr size_t kAlign = 4096;
   static constexpr size_t kBounce = size_t{8} << 20;
-  DirectFile(std::string path, UniqueFd direct_fd, UniqueFd buffered_fd, uint64_t size)
-      : PosixFile(std::move(path), std::move(buffered_fd), size), direct_(std::move(direct_fd)) {}
+  DirectFile(std::string path, UniqueFd direct_fd, UniqueFd buffered_fd, uint64_t size, std::string version)
+      : PosixFile(std::move(path), std::move(buffered_fd), size, std::move(version)), direct_(std::move(direct_fd)) {}
   size_t alignment() const override { return kAlign; }
 
   Status read_at(uint64_t offset, std::span<std::byte> dst) const override {
@@ -139,8 +171,8 @@ class DirectFile final : public PosixFile {
 
 class MmapFile final : public PosixFile {
  public:
-  MmapFile(std::string path, UniqueFd fd, uint64_t size, void* base)
-      : PosixFile(std::move(path), std::move(fd), size), base_(static_cast<std::byte*>(base)) {}
+  MmapFile(std::string path, UniqueFd fd, uint64_t size, std::string version, void* base)
+      : PosixFile(std::move(path), std::move(fd), size, std::move(version)), base_(static_cast<std::byte*>(base)) {}
   ~MmapFile() override {
     if (base_ != nullptr) ::munmap(base_, size_);
   }
@@ -177,6 +209,63 @@ class MmapFile final : public PosixFile {
   std::byte* base_;
 };
 
+// A file being written through pwrite(); append() keeps its own position.
+class PosixWritableFile final : public WritableFile {
+ public:
+  PosixWritableFile(std::string path, UniqueFd fd, uint64_t pos) : path_(std::move(path)), fd_(std::move(fd)), pos_(pos) {}
+  ~PosixWritableFile() override { (void)close(); }
+  const std::string& path() const override { return path_; }
+  Status append(std::span<const std::byte> data) override {
+    WL_RETURN_IF_ERROR(write_at(pos_, data));
+    pos_ += data.size();
+    return Status();
+  }
+  Status write_at(uint64_t offset, std::span<const std::byte> data) override {
+    if (!fd_) return Status::Internal("write after close").with_file(path_);
+    const std::byte* p = data.data();
+    size_t n = data.size();
+    while (n > 0) {
+      ssize_t w = ::pwrite(fd_.get(), p, std::min<size_t>(n, size_t{1} << 30), static_cast<off_t>(offset));
+      if (w < 0) {
+        if (errno == EINTR) continue;
+        return Status::FromErrno(errno, fmt::format("write of {} bytes at offset {} failed", n, offset)).with_file(path_);
+      }
+      if (w == 0) return Status::IoError(fmt::format("write at offset {} made no progress", offset)).with_file(path_);
+      p += w;
+      n -= static_cast<size_t>(w);
+      offset += static_cast<uint64_t>(w);
+    }
+    return Status();
+  }
+  Status truncate(uint64_t size) override {
+    if (!fd_) return Status::Internal("truncate after close").with_file(path_);
+    if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0)
+      return Status::FromErrno(errno, "cannot resize").with_file(path_);
+    pos_ = size;
+    return Status();
+  }
+  Result<uint64_t> size() const override {
+    struct stat st {};
+    if (!fd_ || ::fstat(fd_.get(), &st) != 0) return Status::FromErrno(fd_ ? errno : EBADF, "cannot stat").with_file(path_);
+    return static_cast<uint64_t>(st.st_size);
+  }
+  Status sync() override {
+    if (!fd_) return Status::Internal("sync after close").with_file(path_);
+    if (::fsync(fd_.get()) != 0) return Status::FromErrno(errno, "fsync failed").with_file(path_);
+    return Status();
+  }
+  Status close() override {
+    if (!fd_) return Status();
+    if (::close(fd_.release()) != 0) return Status::FromErrno(errno, "close failed").with_file(path_);
+    return Status();
+  }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+  uint64_t pos_;
+};
+
 class PosixEnv final : public Env {
  public:
   Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& options) override {
@@ -187,26 +276,89 @@ class PosixEnv final : public Env {
     if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(path);
     if (S_ISDIR(st.st_mode)) return Status::InvalidArgument("is a directory, not a file").with_file(path);
     uint64_t size = static_cast<uint64_t>(st.st_size);
+    std::string version = stat_version(st);
+    if (!options.expect_version.empty() && options.expect_version != version)
+      return Status::Aborted("the file changed since the load was planned (it was replaced or rewritten)")
+          .with_file(path);
     switch (options.mode) {
-      case FileMode::kMmap: {
-        if (size == 0) return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), 0));
-        int flags = MAP_SHARED | (options.populate ? MAP_POPULATE : 0);
-        void* base = ::mmap(nullptr, size, PROT_READ, flags, fd, 0);
+      case FileMode::kMmap:
+      case FileMode::kMmapPrivate: {
+        if (size == 0)
+          return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), 0, version));
+        const bool priv = options.mode == FileMode::kMmapPrivate;
+        int flags = (priv ? MAP_PRIVATE : MAP_SHARED) | (options.populate ? MAP_POPULATE : 0);
+        void* base = ::mmap(nullptr, size, priv ? PROT_READ | PROT_WRITE : PROT_READ, flags, fd, 0);
         if (base == MAP_FAILED) return Status::FromErrno(errno, "cannot mmap").with_file(path);
-        return std::shared_ptr<RandomAccessFile>(std::make_shared<MmapFile>(path, std::move(owned), size, base));
+        return std::shared_ptr<RandomAccessFile>(
+            std::make_shared<MmapFile>(path, std::move(owned), size, version, base));
       }
       case FileMode::kPread:
-        return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), size));
+        return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), size, version));
       case FileMode::kDirect: {
         int dfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
         if (dfd < 0) {  // tmpfs and some FUSE filesystems refuse O_DIRECT: buffered instead
-          return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), size));
+          return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), size, version));
         }
         return std::shared_ptr<RandomAccessFile>(
-            std::make_shared<DirectFile>(path, UniqueFd(dfd), std::move(owned), size));
+            std::make_shared<DirectFile>(path, UniqueFd(dfd), std::move(owned), size, version));
       }
     }
     return Status::Internal("unknown file mode");
+  }
+
+  Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& o) override {
+    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (o.truncate ? O_TRUNC : 0) | (o.exclusive ? O_EXCL : 0);
+    int fd = ::open(path.c_str(), flags, static_cast<mode_t>(o.mode));
+    if (fd < 0) return Status::FromErrno(errno, "cannot create").with_file(path);
+    UniqueFd owned(fd);
+    uint64_t pos = 0;
+    if (!o.truncate) {
+      struct stat st {};
+      if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(path);
+      pos = static_cast<uint64_t>(st.st_size);
+    }
+    return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, std::move(owned), pos));
+  }
+
+  Status create_dirs(const std::string& path, unsigned mode) override {
+    if (path.empty()) return Status();
+    std::string cur;
+    size_t i = 0;
+    while (i <= path.size()) {
+      size_t j = path.find('/', i);
+      if (j == std::string::npos) j = path.size();
+      cur = path.substr(0, j);
+      if (!cur.empty() && ::mkdir(cur.c_str(), static_cast<mode_t>(mode)) != 0 && errno != EEXIST)
+        return Status::FromErrno(errno, "cannot create directory").with_file(cur);
+      i = j + 1;
+    }
+    struct stat st {};
+    if (::stat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+      return Status::AlreadyExists("exists and is not a directory").with_file(path);
+    return Status();
+  }
+  Status rename(const std::string& from, const std::string& to) override {
+    if (::rename(from.c_str(), to.c_str()) != 0)
+      return Status::FromErrno(errno, fmt::format("cannot rename {} to", from)).with_file(to);
+    return Status();
+  }
+  Status remove(const std::string& path) override {
+    if (::unlink(path.c_str()) == 0) return Status();
+    if (errno == EISDIR || errno == EPERM) {
+      if (::rmdir(path.c_str()) == 0) return Status();
+    }
+    return Status::FromErrno(errno, "cannot remove").with_file(path);
+  }
+  Status symlink(const std::string& target, const std::string& link) override {
+    if (::symlink(target.c_str(), link.c_str()) != 0)
+      return Status::FromErrno(errno, "cannot create symlink").with_file(link);
+    return Status();
+  }
+  Status sync_dir(const std::string& path) override {
+    UniqueFd dfd(::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (!dfd) return Status::FromErrno(errno, "cannot open directory").with_file(path);
+    if (::fsync(dfd.get()) != 0) return Status::FromErrno(errno, "fsync of directory failed").with_file(path);
+    return Status();
   }
 
   Result<uint64_t> file_size(const std::string& path) override {
@@ -234,7 +386,10 @@ class PosixEnv final : public Env {
       struct stat st {};
       std::string full = path + "/" + name;
       if (::lstat(full.c_str(), &st) == 0) de.is_symlink = S_ISLNK(st.st_mode);
-      if (::stat(full.c_str(), &st) == 0) de.is_dir = S_ISDIR(st.st_mode);
+      if (::stat(full.c_str(), &st) == 0) {
+        de.is_dir = S_ISDIR(st.st_mode);
+        if (!de.is_dir) de.size = static_cast<uint64_t>(st.st_size);
+      }
       out.push_back(std::move(de));
     }
     ::closedir(d);
@@ -243,15 +398,134 @@ class PosixEnv final : public Env {
   }
 };
 
-}  // namespace
+// Routes "scheme://" paths to the Env registered for the scheme, the rest to POSIX.
+class DefaultEnv final : public Env {
+ public:
+  Env* route(const std::string& path) {
+    std::string_view scheme = url_scheme(path);
+    if (scheme.empty()) return &posix_;
+    std::lock_guard lk(mu_);
+    for (auto& [name, env] : schemes_)
+      if (name == scheme) return env;
+    return nullptr;
+  }
+  void add(std::string scheme, Env* env) {
+    std::lock_guard lk(mu_);
+    for (auto& [name, e] : schemes_)
+      if (name == scheme) {
+        e = env;
+        return;
+      }
+    schemes_.emplace_back(std::move(scheme), env);
+  }
 
-Env* Env::Default() {
-  static PosixEnv env;
-  return &env;
+  Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& o) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
+    return e->open(path, o);
+  }
+  Result<uint64_t> file_size(const std::string& path) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
+    return e->file_size(path);
+  }
+  bool exists(const std::string& path) override {
+    Env* e = route(path);
+    return e && e->exists(path);
+  }
+  bool is_directory(const std::string& path) override {
+    Env* e = route(path);
+    return e && e->is_directory(path);
+  }
+  Result<std::vector<DirEntry>> list_dir(const std::string& path) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
+    return e->list_dir(path);
+  }
+  Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& o) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
+    return e->new_writable(path, o);
+  }
+  Status create_dirs(const std::string& path, unsigned mode) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
+    return e->create_dirs(path, mode);
+  }
+  Status rename(const std::string& from, const std::string& to) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(to));
+    if (e != route(from)) return Status::InvalidArgument(fmt::format("cannot rename {} across sources", from)).with_file(to);
+    return e->rename(from, to);
+  }
+  Status remove(const std::string& path) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
+    return e->remove(path);
+  }
+  Status symlink(const std::string& target, const std::string& link) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(link));
+    return e->symlink(target, link);
+  }
+  Status sync_dir(const std::string& path) override {
+    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
+    return e->sync_dir(path);
+  }
+
+ private:
+  Result<Env*> routed(const std::string& path) {
+    Env* e = route(path);
+    if (e == nullptr)
+      return Status::Unimplemented(fmt::format("no source for '{}://' URLs in this build", url_scheme(path)))
+          .with_file(path);
+    return e;
+  }
+  PosixEnv posix_;
+  std::mutex mu_;
+  std::vector<std::pair<std::string, Env*>> schemes_;
+};
+
+DefaultEnv& default_env() {
+  static DefaultEnv env;
+  return env;
 }
 
-Result<std::string> read_file_to_string(const std::string& path, uint64_t max_bytes) {
-  WL_ASSIGN_OR_RETURN(auto f, Env::Default()->open(path, {.mode = FileMode::kPread}));
+}  // namespace
+
+// ---- Env's write side: sources without one refuse it ----
+Result<std::unique_ptr<WritableFile>> Env::new_writable(const std::string& path, const WriteOptions&) {
+  return Status::Unimplemented("this source cannot write files").with_file(path);
+}
+Status Env::create_dirs(const std::string& path, unsigned) {
+  return Status::Unimplemented("this source cannot create directories").with_file(path);
+}
+Status Env::rename(const std::string&, const std::string& to) {
+  return Status::Unimplemented("this source cannot rename files").with_file(to);
+}
+Status Env::remove(const std::string& path) {
+  return Status::Unimplemented("this source cannot remove files").with_file(path);
+}
+Status Env::symlink(const std::string&, const std::string& link) {
+  return Status::Unimplemented("this source cannot create symlinks").with_file(link);
+}
+Status Env::sync_dir(const std::string& path) {
+  return Status::Unimplemented("this source has no directories to sync").with_file(path);
+}
+
+Env* Env::Default() {
+  static std::once_flag once;
+  std::call_once(once, [] { register_builtin_url_schemes(); });
+  return &default_env();
+}
+
+std::string_view url_scheme(std::string_view path) {
+  size_t p = path.find("://");
+  if (p == std::string_view::npos || p == 0) return {};
+  for (size_t i = 0; i < p; ++i) {
+    char c = path[i];
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
+    if (!ok) return {};
+  }
+  return path.substr(0, p);
+}
+
+void register_url_scheme(std::string scheme, Env* env) { default_env().add(std::move(scheme), env); }
+
+Result<std::string> read_file_to_string(const std::string& path, uint64_t max_bytes, Env* env) {
+  WL_ASSIGN_OR_RETURN(auto f, env->open(path, {.mode = FileMode::kPread}));
   if (f->size() > max_bytes)
     return Status::OutOfRange(fmt::format("file is {} bytes, more than the {} allowed", f->size(), max_bytes))
         .with_file(path);
@@ -260,10 +534,33 @@ Result<std::string> read_file_to_string(const std::string& path, uint64_t max_by
   return s;
 }
 
-Status write_file_atomic(const std::string& path, std::string_view contents) {
-  WL_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::create(path));
+Status write_file_atomic(const std::string& path, std::string_view contents, Env* env) {
+  WL_ASSIGN_OR_RETURN(AtomicFile f, AtomicFile::create(path, 0644, env));
   WL_RETURN_IF_ERROR(f.append(contents));
   return f.commit();
+}
+
+std::string parent_dir(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  auto pos = path.rfind('/');
+  if (pos == std::string_view::npos) return ".";
+  if (pos == 0) return "/";
+  return std::string(path.substr(0, pos));
+}
+
+std::string base_name(std::string_view path) {
+  while (path.size() > 1 && path.back() == '/') path.remove_suffix(1);
+  auto pos = path.rfind('/');
+  return std::string(pos == std::string_view::npos ? path : path.substr(pos + 1));
+}
+
+std::string join_path(std::string_view a, std::string_view b) {
+  if (a.empty()) return std::string(b);
+  std::string out(a);
+  if (out.back() != '/') out += '/';
+  while (!b.empty() && b.front() == '/') b.remove_prefix(1);
+  out += b;
+  return out;
 }
 
 }  // namespace wl

@@ -1,10 +1,6 @@
 #include "weightlift/prefetch.h"
 
-#include <climits>
-#include <cstdlib>
-#include <fstream>
 #include <mutex>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -69,30 +65,6 @@ Status check_options(const PrefetchOptions& o) {
   return Status();
 }
 
-std::string unescape_mount(const std::string& s) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] == '\\' && i + 3 < s.size() && s[i + 1] >= '0' && s[i + 1] <= '7' &&
-        s[i + 2] >= '0' && s[i + 2] <= '7' && s[i + 3] >= '0' && s[i + 3] <= '7') {
-      out += static_cast<char>((s[i + 1] - '0') * 64 + (s[i + 2] - '0') * 8 + (s[i + 3] - '0'));
-      i += 3;
-    } else {
-      out += s[i];
-    }
-  }
-  return out;
-}
-
-std::optional<uint64_t> read_u64_file(const std::string& path) {
-  std::ifstream in(path);
-  std::string s;
-  if (!(in >> s) || s == "max") return std::nullopt;
-  char* end = nullptr;
-  unsigned long long v = std::strtoull(s.c_str(), &end, 10);
-  if (end == s.c_str() || *end != '\0') return std::nullopt;
-  return static_cast<uint64_t>(v);
-}
-
 }  // namespace
 
 Result<uint64_t> checkpoint_size_bytes(const std::vector<std::string>& files, Env* env) {
@@ -104,68 +76,15 @@ Result<uint64_t> checkpoint_size_bytes(const std::vector<std::string>& files, En
   return total;
 }
 
-Result<uint64_t> available_ram_bytes(const std::string& meminfo_path, const std::string& cgroup_dir) {
-  std::ifstream in(meminfo_path);
-  if (!in) return Status::NotFound("cannot read memory information").with_file(meminfo_path);
-  std::string line;
-  std::optional<uint64_t> avail;
-  while (std::getline(in, line)) {
-    if (line.rfind("MemAvailable:", 0) != 0) continue;
-    std::istringstream ss(line.substr(13));
-    unsigned long long kb = 0;
-    std::string unit;
-    if (!(ss >> kb) || kb > (ULLONG_MAX >> 10)) return Status::Corrupt("malformed MemAvailable line").with_file(meminfo_path);
-    ss >> unit;
-    if (!unit.empty() && unit != "kB") return Status::Corrupt(fmt::format("MemAvailable unit '{}' is not kB", unit)).with_file(meminfo_path);
-    avail = static_cast<uint64_t>(kb) * 1024;
-  }
-  if (!avail) return Status::Corrupt("no MemAvailable line").with_file(meminfo_path);
-  if (!cgroup_dir.empty()) {
-    auto max = read_u64_file(cgroup_dir + "/memory.max");
-    auto cur = read_u64_file(cgroup_dir + "/memory.current");
-    if (max && cur) avail = std::min<uint64_t>(*avail, *max > *cur ? *max - *cur : 0);
-  }
-  return *avail;
-}
-
-std::string filesystem_type(const std::string& path, const std::string& mounts_path) {
-  std::string resolved = path;
-  if (char* r = ::realpath(path.c_str(), nullptr)) {
-    resolved = r;
-    std::free(r);
-  }
-  std::ifstream in(mounts_path);
-  if (!in) return "";
-  std::string line, best_mount, best_type;
-  bool found = false;
-  while (std::getline(in, line)) {
-    std::istringstream ss(line);
-    std::string dev, mnt, type;
-    if (!(ss >> dev >> mnt >> type)) continue;
-    mnt = unescape_mount(mnt);
-    std::string with_slash = mnt.back() == '/' ? mnt : mnt + "/";
-    bool match = resolved == mnt || resolved.rfind(with_slash, 0) == 0;
-    if (match && (!found || mnt.size() >= best_mount.size())) {
-      found = true;
-      best_mount = mnt;
-      best_type = type;
-    }
-  }
-  return best_type;
-}
-
-bool is_network_filesystem(std::string_view t) { return t == "nfs" || t == "nfs4" || t == "lustre"; }
-
-Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env, const std::string& mounts_path,
-                                 const std::string& meminfo_path, const std::string& cgroup_dir) {
+Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env, SystemInfo* sys) {
   AutoDecision d;
   if (files.empty()) {
     d.reason = "auto: no files; lazy";
     return d;
   }
-  d.fstype = filesystem_type(files[0], mounts_path);
+  d.fstype = is_url(files[0]) ? std::string(url_scheme(files[0])) : filesystem_type(files[0], sys);
   WL_ASSIGN_OR_RETURN(d.checkpoint_bytes, checkpoint_size_bytes(files, env));
-  WL_ASSIGN_OR_RETURN(d.available_bytes, available_ram_bytes(meminfo_path, cgroup_dir));
+  WL_ASSIGN_OR_RETURN(d.available_bytes, available_ram_bytes(sys));
   const bool net = is_network_filesystem(d.fstype);
   const bool fits = static_cast<double>(d.checkpoint_bytes) <= 0.9 * static_cast<double>(d.available_bytes);
   d.prefetch = net && fits;
