@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "weightlift/device.h"
 #include "weightlift/dtype.h"
 #include "weightlift/status.h"
 
@@ -54,12 +55,17 @@ class Buffer {
   size_t mapped_ = 0;  // non-zero when the memory came from mmap
 };
 
+// A tensor's bytes wherever they live: host memory (the default) or device
+// memory (device().kind == kCuda: bytes() is then a device address range,
+// never to be dereferenced on the host).
 class TensorView {
  public:
   TensorView() = default;
-  TensorView(DType dtype, Shape shape, std::span<const std::byte> bytes, std::shared_ptr<const void> owner)
-      : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes), owner_(std::move(owner)) {}
+  TensorView(DType dtype, Shape shape, std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+             Device device = {})
+      : dtype_(dtype), shape_(std::move(shape)), bytes_(bytes), owner_(std::move(owner)), device_(device) {}
 
+  Device device() const { return device_; }
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   uint64_t numel() const { return shape_numel(shape_); }
@@ -73,6 +79,7 @@ class TensorView {
   Shape shape_;
   std::span<const std::byte> bytes_;
   std::shared_ptr<const void> owner_;
+  Device device_;
 };
 
 class Tensor {

@@ -1,0 +1,114 @@
+// weightlift/destination.h: where the engine puts each tensor's bytes.
+//
+// The planner and the readers are the same for every destination; only where
+// bytes land changes:
+//   host (pageable)   the engine reads straight into the tensor's memory
+//   pinned host       the same, into page-locked memory (fast later H2D copies)
+//   CUDA device       the engine reads into a small pinned staging ring and
+//                     the destination's Uploader copies each chunk to the
+//                     device asynchronously (or GPUDirect Storage reads
+//                     straight into device memory, see gpu.h)
+//   the caller's own  a callback returns memory the caller already holds
+//                     (vLLM's allocated parameters), of any of the kinds above
+//
+// Lifetimes: a Region's `owner` keeps its memory alive (null when the caller
+// owns it); the TensorView the engine delivers carries that owner.
+// Threading: allocate() and the Uploader are called from the engine's I/O
+// threads, concurrently; implementations are thread-safe.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "weightlift/device.h"
+#include "weightlift/dtype.h"
+#include "weightlift/status.h"
+#include "weightlift/tensor.h"
+
+namespace wl {
+
+// What the engine asks memory for: one tensor (this rank's part of it).
+struct TensorRequest {
+  std::string name;
+  DType dtype = DType::U8;
+  Shape shape;          // of the bytes to write (the shard's shape)
+  uint64_t nbytes = 0;
+  uint64_t ordinal = 0; // position in checkpoint order
+};
+
+// One tensor's memory: exactly `size` bytes at `data` on `device`.
+struct Region {
+  std::byte* data = nullptr;
+  uint64_t size = 0;
+  Device device;
+  std::shared_ptr<const void> owner;  // keeps `data` alive; null when the caller owns it
+};
+
+// A slot of pinned staging memory from an Uploader's ring.
+struct StagingSlot {
+  std::span<std::byte> bytes;  // host-writable, pinned, aligned to 4096
+  uint32_t id = 0;             // the Uploader's own index
+};
+
+// One copy out of a slot: bytes [src_offset, src_offset+size) of the slot
+// into dst (device memory).
+struct UploadCopy {
+  uint64_t src_offset = 0;
+  std::byte* dst = nullptr;
+  uint64_t size = 0;
+};
+
+// Moves bytes from pinned staging memory into device memory asynchronously:
+// a ring of a few slots allocated once per process and reused (never sized by
+// the largest tensor), copies on two or more streams, an event per slot that
+// returns it to the ring when its copies have completed. An Uploader serves
+// one load (its cancel() ends that load only); the ring behind it outlives it.
+class Uploader {
+ public:
+  virtual ~Uploader() = default;
+  // Bytes per slot; the engine cuts its reads to fit.
+  virtual uint64_t slot_bytes() const = 0;
+  // A free slot, waiting while all are in flight. kCancelled after cancel().
+  virtual Result<StagingSlot> acquire() = 0;
+  // Queues the copies; the slot goes back to the ring once they complete, and
+  // `done` runs then (on an uploader thread) with the copies' status. On an
+  // error return, `done` is not called and the slot is released.
+  virtual Status submit(StagingSlot slot, std::span<const UploadCopy> copies, std::function<void(Status)> done) = 0;
+  // Returns a slot unused (a read into it failed).
+  virtual void release(StagingSlot slot) = 0;
+  // Waits until every submitted copy has completed and its `done` has
+  // returned; the first copy error.
+  virtual Status flush() = 0;
+  // Wakes every acquire() with kCancelled; in-flight copies still complete.
+  virtual void cancel() = 0;
+};
+
+class Destination {
+ public:
+  virtual ~Destination() = default;
+  virtual Device device() const = 0;
+  // Before the first allocate(): every tensor the load will allocate, in
+  // checkpoint order, so that a destination can take one allocation per load
+  // (tensors are then views with a shared owner). Optional.
+  virtual Status reserve(std::span<const TensorRequest> tensors) { (void)tensors; return Status(); }
+  // Memory for one tensor, exactly request.nbytes. Thread-safe.
+  virtual Result<Region> allocate(const TensorRequest& request) = 0;
+  // nullptr when the memory is host-accessible (the engine reads into it);
+  // the copy engine for device memory.
+  virtual Uploader* uploader() { return nullptr; }
+};
+
+// Pageable host memory: one buffer per tensor (Tensor::empty: huge-page
+// backed when large), or, after reserve(), one arena per load.
+std::unique_ptr<Destination> host_destination();
+// The caller's memory: `fn` returns a region of exactly request.nbytes on
+// `device` (kCuda regions need `uploader`, e.g. gpu::uploader()).
+using RegionFn = std::function<Result<Region>(const TensorRequest&)>;
+std::unique_ptr<Destination> caller_destination(RegionFn fn, Device device = kCpu, Uploader* uploader = nullptr);
+
+}  // namespace wl
