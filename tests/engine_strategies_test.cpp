@@ -109,11 +109,12 @@ TEST(EngineStream, DestinationsAreFilledInPlace) {
   o.strategy = Strategy::kStream;
   o.block_size = 4096;
   o.direct = DirectIo::kOn;
-  o.destination = [&](const TensorRequest& r) -> Result<std::span<std::byte>> {
+  auto dst = caller_destination([&](const TensorRequest& r) -> Result<Region> {
     auto& v = dsts[r.name];
     v.resize(r.nbytes);
-    return std::span<std::byte>(v);
-  };
+    return Region{v.data(), v.size(), kCpu, nullptr};
+  });
+  o.destination = dst.get();
   int seen = 0;
   auto r = load_files({dir.file("m.safetensors")}, o, [&](LoadedTensor&& t) {
     EXPECT_EQ(t.view.owner(), nullptr);
@@ -126,7 +127,8 @@ TEST(EngineStream, DestinationsAreFilledInPlace) {
   Tensor a = make_f32({64, 33}, 1);
   EXPECT_EQ(std::memcmp(dsts["a"].data(), a.bytes().data(), a.nbytes()), 0);
 
-  o.destination = [&](const TensorRequest&) -> Result<std::span<std::byte>> { return std::span<std::byte>(); };
+  auto empty = caller_destination([&](const TensorRequest&) -> Result<Region> { return Region{}; });
+  o.destination = empty.get();
   auto bad = load_all({dir.file("m.safetensors")}, o);
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().to_string().find("destination holds 0 bytes"), std::string::npos) << bad.status().to_string();
@@ -146,14 +148,15 @@ TEST(EngineStream, MemoryCapBoundsOutstandingTensors) {
     std::mutex mu;
     uint64_t outstanding = 0, peak = 0;
     std::vector<std::vector<std::byte>> keep(40);
-    o.destination = [&](const TensorRequest& r) -> Result<std::span<std::byte>> {
+    auto dst = caller_destination([&](const TensorRequest& r) -> Result<Region> {
       std::lock_guard lk(mu);
       outstanding += r.nbytes;
       peak = std::max(peak, outstanding);
       auto& v = keep[std::stoi(r.name.substr(1))];
       v.resize(r.nbytes);
-      return std::span<std::byte>(v);
-    };
+      return Region{v.data(), v.size(), kCpu, nullptr};
+    });
+    o.destination = dst.get();
     auto r = load_files({dir.file("m.safetensors")}, o, [&](LoadedTensor&& t) {
       std::lock_guard lk(mu);
       outstanding -= t.view.nbytes();

@@ -34,6 +34,8 @@ class CheckpointReader {
   virtual ~CheckpointReader() = default;
   virtual const std::string& path() const = 0;
   virtual std::string_view format_name() const = 0;  // "safetensors", "pytorch", "numpy"
+  // The version of the file the header was read from (RandomAccessFile::version()).
+  virtual std::string version() const = 0;
   // In file order.
   virtual const std::vector<CheckpointTensor>& tensors() const = 0;
   // The tensor's logical C-contiguous row-major bytes, zero-copy when the

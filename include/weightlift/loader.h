@@ -14,9 +14,16 @@
 //             aligned chunks (O_DIRECT when the page cache is cold), each tensor
 //             handed over when its last byte lands, under a memory cap
 //
-// Ownership: a LoadedTensor's view owns (shares) its bytes, except when a
-// `destination` callback supplied them (then the caller owns them and the
+// The three seams (see their headers): where bytes come from (Env: local
+// files, HTTP, object storage), where they land (Destination: host, pinned,
+// CUDA, the caller's memory) and who reads which bytes (Collective: ranks that
+// read the checkpoint once in total and exchange the rest).
+//
+// Ownership: a LoadedTensor's view owns (shares) its bytes, except when the
+// caller's destination supplied them (then the caller owns them and the
 // view's owner is null). No view ever points into a buffer the loader reuses.
+// Consistency: each file's header and data come from the same version of the
+// file; a file replaced during the load fails it with kAborted naming the file.
 // Threading: load_files() blocks; `sink` and `progress` are called from one
 // thread at a time (possibly different threads), in no promised order across
 // files (file order for lazy/eager/prefetch/auto).
@@ -31,9 +38,12 @@
 #include <string>
 #include <vector>
 
+#include "weightlift/collective.h"
+#include "weightlift/destination.h"
 #include "weightlift/io.h"
 #include "weightlift/shard.h"
 #include "weightlift/status.h"
+#include "weightlift/system.h"
 #include "weightlift/tensor.h"
 
 namespace wl {
@@ -56,14 +66,6 @@ struct LoadProgress {
   uint64_t bytes_done = 0, bytes_total = 0;
   uint64_t tensors_done = 0, tensors_total = 0;
   uint64_t files_done = 0, files_total = 0;
-};
-
-// What a destination callback is asked for.
-struct TensorRequest {
-  std::string name;
-  DType dtype = DType::U8;
-  Shape shape;          // of the bytes to write (the shard's shape)
-  uint64_t nbytes = 0;
 };
 
 enum class DirectIo { kAuto, kOn, kOff };
@@ -96,13 +98,18 @@ struct LoadOptions {
   // stream: O_DIRECT. kAuto uses it when under half of a sample of the
   // files' pages is in the page cache.
   DirectIo direct = DirectIo::kAuto;
-  // stream (and every strategy): when set, each tensor's bytes go into the
-  // span this returns (exactly nbytes); the caller keeps it alive.
-  std::function<Result<std::span<std::byte>>(const TensorRequest&)> destination;
+  // Where each tensor's bytes go (not owned). nullptr: host memory of the
+  // engine's choosing (it may then share one buffer between the tensors of a
+  // file: eager, threads). Every strategy honours it.
+  Destination* destination = nullptr;
 
-  // Injectable system files for `auto`.
-  std::string mounts_path = "/proc/mounts";
-  std::string meminfo_path = "/proc/meminfo";
+  // Distributed loading (not owned): the ranks of `collective` read the
+  // checkpoint once in total and exchange over it. nullptr: this process
+  // reads everything it delivers.
+  Collective* collective = nullptr;
+
+  // The system facts `auto` and the memory policy consult.
+  SystemInfo* system = SystemInfo::Default();
 };
 
 struct LoadStats {
@@ -115,15 +122,9 @@ struct LoadStats {
   bool direct_io = false;               // stream used O_DIRECT
 };
 
-// Loads the tensors of the given weight files (any CheckpointReader format).
+// Loads the tensors of the given weight files (any CheckpointReader format;
+// paths or URLs, through options.env).
 Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOptions& options,
                              const std::function<Status(LoadedTensor&&)>& sink);
-
-// The weight files a user means by PATH: a file is itself; a folder gives the
-// files its model.safetensors.index.json names, else its *.safetensors in natural order.
-Result<std::vector<std::string>> resolve_weight_files(const std::string& path, Env* env = Env::Default());
-
-// Peak resident set size of this process, in bytes (VmHWM).
-uint64_t peak_rss_bytes();
 
 }  // namespace wl

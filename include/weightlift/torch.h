@@ -69,6 +69,7 @@ class TorchCheckpoint final : public CheckpointReader {
                                                        const TorchOpenOptions& options = {});
 
   const std::string& path() const override { return path_; }
+  std::string version() const override { return file_->version(); }
   std::string_view format_name() const override { return "pytorch"; }
   const std::vector<CheckpointTensor>& tensors() const override { return infos_; }
   Result<TensorView> view(size_t index) const override;

@@ -43,4 +43,8 @@ struct WeightFiles {
 // naturally sorted. No weights found is kNotFound.
 Result<WeightFiles> find_weight_files(const std::string& path, Env* env = Env::Default());
 
+// The weight files a user means by PATH: a file is itself; a folder gives the
+// files its model.safetensors.index.json names, else its *.safetensors in natural order.
+Result<std::vector<std::string>> resolve_weight_files(const std::string& path, Env* env = Env::Default());
+
 }  // namespace wl

@@ -1,16 +1,16 @@
-// Private: the load plan shared by every strategy. Which tensors of which
-// files are read (after the expert filter), and which bytes of each (shard
-// layout), plus the delivery point (sink + progress, serialized).
+// Private: the load plan every strategy runs. Which tensors of which files
+// are read (after the expert filter), which bytes of each (shard layout), and
+// which version of each file (so that reopening a file can never mix the
+// planned header with another version's data).
 #pragma once
 
-#include <atomic>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "weightlift/checkpoint.h"
+#include "weightlift/destination.h"
 #include "weightlift/loader.h"
 #include "weightlift/shard.h"
 
@@ -22,12 +22,14 @@ struct PlannedTensor {
   std::string name;
   DType dtype = DType::U8;
   Shape full_shape;
-  Shape shape;        // to deliver
-  uint64_t nbytes = 0;  // to deliver
+  Shape shape;               // to deliver
+  uint64_t nbytes = 0;       // to deliver
   uint64_t full_nbytes = 0;  // the whole tensor in the file
   std::optional<uint64_t> file_offset;  // contiguous storage in the file
   std::optional<ShardLayout> shard;
   uint64_t ordinal = 0;
+
+  TensorRequest request() const { return {name, dtype, shape, nbytes, ordinal}; }
 };
 
 // Only the first kKeepOpen files keep their reader (a descriptor and a
@@ -37,6 +39,7 @@ inline constexpr size_t kKeepOpen = 64;
 
 struct PlanFile {
   std::string path;
+  std::string version;  // RandomAccessFile::version() when planned
   std::unique_ptr<CheckpointReader> reader;  // may be null: see reader_of()
   std::vector<size_t> tensors;  // indices into Plan::tensors, in file-offset order
 };
@@ -49,52 +52,10 @@ struct Plan {
 };
 
 Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions& o);
-// The file's reader, reopened when it was closed after planning.
+// The file's reader, reopened (same version, else kAborted) when it was closed after planning.
 Result<CheckpointReader*> reader_of(PlanFile& pf, Env* env);
-
-// Serializes sink and progress calls; tracks cancellation and the first error.
-class Delivery {
- public:
-  Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan)
-      : o_(o), sink_(sink) {
-    p_.bytes_total = plan.bytes_total;
-    p_.tensors_total = plan.tensors.size();
-    p_.files_total = plan.files.size();
-  }
-  // Hands one finished tensor over. Thread-safe.
-  Status deliver(const PlannedTensor& t, const std::string& file, TensorView view);
-  void file_done() {
-    std::lock_guard lk(mu_);
-    p_.files_done++;
-  }
-  void fail(Status s) {
-    std::lock_guard lk(mu_);
-    if (status_.ok()) status_ = std::move(s);
-    stop_.store(true);
-  }
-  bool stopped() const { return stop_.load(std::memory_order_relaxed); }
-  Status status() const {
-    std::lock_guard lk(mu_);
-    return status_;
-  }
-  uint64_t tensors() const { return p_.tensors_done; }
-  uint64_t bytes() const { return p_.bytes_done; }
-
- private:
-  const LoadOptions& o_;
-  const std::function<Status(LoadedTensor&&)>& sink_;
-  mutable std::mutex mu_;
-  LoadProgress p_;
-  Status status_;
-  std::atomic<bool> stop_{false};
-};
-
-// Bytes of one planned tensor as a TensorView: the owned buffer, or the
-// caller's destination. `fill` writes exactly t.nbytes bytes into dst.
-Result<TensorView> materialize(const PlannedTensor& t, const LoadOptions& o,
-                               const std::function<Status(std::span<std::byte>)>& fill);
-
-// The stream strategy.
-Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stats);
+// The file opened again for reading its data; kAborted when it is no longer
+// the version that was planned.
+Result<std::shared_ptr<RandomAccessFile>> open_data(const PlanFile& pf, Env* env, FileMode mode);
 
 }  // namespace wl::engine

@@ -1,11 +1,16 @@
 // The stream strategy: every selected byte range of every file, laid end to
 // end as one stream, cut into chunks that N I/O threads claim in order. A
-// tensor is handed over the moment its last byte lands. With O_DIRECT, each
-// chunk is read aligned into a per-thread staging buffer and copied into the
-// tensors' own buffers (never handed out); buffered reads go straight into them.
-#include <sys/mman.h>
-#include <unistd.h>
-
+// tensor is handed over the moment its last byte lands.
+//
+// Where the bytes go:
+//   host destination, buffered reads   pread straight into the tensors' memory
+//   host destination, O_DIRECT         aligned reads into a per-thread staging
+//                                      buffer, copied into the tensors (never
+//                                      handed out)
+//   device destination                 aligned reads into a slot of the
+//                                      destination's pinned ring, then async
+//                                      copies; a tensor is handed over when
+//                                      its last copy has completed
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -15,7 +20,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/plan.h"
+#include "engine/strategies.h"
 
 namespace wl::engine {
 
@@ -37,34 +42,24 @@ struct TensorState {
   std::atomic<uint64_t> remaining{0};
   std::once_flag once;
   Status alloc_status;
-  std::span<std::byte> dst;
-  TensorView view;
+  Region region;
   uint64_t first_pos = 0, end_pos = 0;
 };
 
-// Fraction of a sample of the file's pages that sit in the page cache (0..1), or -1.
-double residency(int fd, uint64_t size) {
-  if (fd < 0 || size == 0) return -1;
-  void* p = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-  if (p == MAP_FAILED) return -1;
-  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t pages = (size + page - 1) / page;
-  const uint64_t samples = std::min<uint64_t>(pages, 256);
-  uint64_t hits = 0;
-  for (uint64_t i = 0; i < samples; ++i) {
-    uint64_t pg = i * pages / samples;
-    unsigned char v = 0;
-    if (::mincore(static_cast<char*>(p) + pg * page, page, &v) == 0 && (v & 1)) ++hits;
-  }
-  ::munmap(p, size);
-  return static_cast<double>(hits) / static_cast<double>(samples);
-}
+struct Piece {
+  uint32_t file, tensor;
+  uint64_t file_off, len, dst_off;
+};
 
 }  // namespace
 
-Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stats) {
+Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
   int threads = o.threads > 0 ? o.threads : 8;
   uint64_t chunk = o.block_size > 0 ? o.block_size : kDefaultChunk;
+  Uploader* up = dest.uploader();
+  const bool device = !dest.device().host_accessible();
+  if (device && up == nullptr)
+    return Status::InvalidArgument(fmt::format("a {} destination needs an uploader", dest.device().to_string()));
 
   // Layout of the stream.
   std::vector<Extent> ext;
@@ -108,14 +103,15 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
     double hits = 0;
     int n = 0;
     for (size_t fi = 0; fi < plan.files.size() && fi < 8; ++fi) {
-      WL_ASSIGN_OR_RETURN(auto f, o.env->open(plan.files[fi].path, {.mode = FileMode::kPread}));
-      double r = residency(f->fd(), f->size());
+      WL_ASSIGN_OR_RETURN(auto f, open_data(plan.files[fi], o.env, FileMode::kPread));
+      double r = f->cached_fraction();
       if (r >= 0) hits += r, ++n;
     }
     direct = n > 0 && hits / n < 0.5;
   }
-  // Files open on first use and close once their last tensor is handed over,
-  // so thousands of shards never hold thousands of descriptors.
+  // Files open on first use (the planned version, else kAborted) and close
+  // once their last tensor is handed over, so thousands of shards never hold
+  // thousands of descriptors.
   std::mutex files_mu;
   std::vector<std::shared_ptr<RandomAccessFile>> files(plan.files.size());
   std::vector<size_t> file_pending(plan.files.size(), 0);
@@ -123,8 +119,7 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
   auto file_of = [&](size_t fi) -> Result<std::shared_ptr<RandomAccessFile>> {
     std::lock_guard lk(files_mu);
     if (!files[fi]) {
-      WL_ASSIGN_OR_RETURN(files[fi], o.env->open(plan.files[fi].path,
-                                                 {.mode = direct ? FileMode::kDirect : FileMode::kPread}));
+      WL_ASSIGN_OR_RETURN(files[fi], open_data(plan.files[fi], o.env, direct ? FileMode::kDirect : FileMode::kPread));
     }
     return files[fi];
   };
@@ -140,10 +135,11 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
   if (o.threads == 0 && !direct)
     threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
 
-  // Memory: staging (direct only) plus the window of allocated, undelivered tensors.
+  // Memory: staging (direct only; a device destination stages in its own
+  // ring) plus the window of allocated, undelivered tensors.
   uint64_t window = 0;  // 0: unlimited
   if (o.max_memory > 0) {
-    if (direct) {
+    if (direct && !device) {
       uint64_t per = o.max_memory / 2 / static_cast<uint64_t>(threads);
       while (per < (uint64_t{1} << 20) + 2 * kAlign && threads > 1) per = o.max_memory / 2 / static_cast<uint64_t>(--threads);
       chunk = std::min(chunk, per > 2 * kAlign ? per - 2 * kAlign : kAlign);
@@ -155,10 +151,16 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
       chunk = std::min<uint64_t>(chunk, std::max<uint64_t>(window / 2, kAlign));
     }
   }
+  if (device) {
+    const uint64_t slot = up->slot_bytes();
+    if (slot < 4 * kAlign) return Status::InvalidArgument(fmt::format("uploader slots of {} bytes are too small", slot));
+    chunk = std::min<uint64_t>(chunk, (slot - 2 * kAlign) & ~(kAlign - 1));
+  }
   if (total > 0) threads = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(threads), (total + chunk - 1) / chunk));
   if (o.log)
-    o.log(fmt::format("stream: {} threads, {} KiB reads, {}, memory cap {}", threads, chunk >> 10,
-                      direct ? "O_DIRECT" : "buffered", o.max_memory ? fmt::format("{} MiB", o.max_memory >> 20) : "none"));
+    o.log(fmt::format("stream: {} threads, {} KiB reads, {}, to {}, memory cap {}", threads, chunk >> 10,
+                      direct ? "O_DIRECT" : "buffered", dest.device().to_string(),
+                      o.max_memory ? fmt::format("{} MiB", o.max_memory >> 20) : "none"));
 
   // Watermark: stream position of the earliest tensor not yet handed over.
   std::mutex wm_mu;
@@ -169,9 +171,8 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
   std::atomic<uint64_t> bytes_read{0};
 
   auto hand_over = [&](size_t ti) -> Status {
-    TensorView v = std::move(ts[ti].view);
-    ts[ti].view = TensorView();
-    Status s = d.deliver(plan.tensors[ti], plan.files[plan.tensors[ti].file].path, std::move(v));
+    Status s = d.deliver(plan.tensors[ti], plan.files[plan.tensors[ti].file].path, view_of(plan.tensors[ti], ts[ti].region));
+    ts[ti].region.owner.reset();  // the delivered view holds it now
     tensor_done(ti);
     {
       std::lock_guard lk(wm_mu);
@@ -181,15 +182,19 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
     wm_cv.notify_all();
     return s;
   };
+  // `len` more bytes of tensor `ti` are in place; the last ones hand it over.
+  auto landed = [&](size_t ti, uint64_t len) {
+    if (ts[ti].remaining.fetch_sub(len) == len) {
+      Status s = hand_over(ti);
+      if (!s.ok()) d.fail(s);
+    }
+  };
   auto ensure_alloc = [&](size_t ti) -> Status {
     TensorState& st = ts[ti];
     std::call_once(st.once, [&] {
-      auto v = materialize(plan.tensors[ti], o, [&](std::span<std::byte> dst) {
-        st.dst = dst;
-        return Status();
-      });
-      if (v.ok()) st.view = std::move(*v);
-      else st.alloc_status = v.status();
+      auto r = place(plan.tensors[ti], dest);
+      if (r.ok()) st.region = std::move(*r);
+      else st.alloc_status = r.status();
     });
     return st.alloc_status;
   };
@@ -225,14 +230,52 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
     }
   };
 
-  struct Piece {
-    uint32_t file, tensor;
-    uint64_t file_off, len, dst_off;
+  // One run: pieces contiguous in one file, read with one aligned read into
+  // `buf`, then copied (host) or uploaded (device) to their tensors.
+  auto staged_run = [&](const RandomAccessFile& f, std::span<const Piece> run, std::span<std::byte> buf,
+                        std::optional<StagingSlot> slot) -> Status {
+    const uint64_t off = run.front().file_off, end = run.back().file_off + run.back().len;
+    uint64_t a0 = off, a1 = end;
+    if (f.alignment() > 1) {
+      a0 = off & ~(kAlign - 1);
+      a1 = std::min<uint64_t>((end + kAlign - 1) & ~(kAlign - 1), f.size());
+    }
+    if (a1 - a0 > buf.size()) {
+      if (slot) up->release(*slot);
+      return Status::Internal(fmt::format("run of {} bytes at {} exceeds the {}-byte staging buffer", a1 - a0, a0, buf.size()));
+    }
+    Status s = f.read_at(a0, buf.first(static_cast<size_t>(a1 - a0)));
+    if (!s.ok()) {
+      if (slot) up->release(*slot);
+      return s;
+    }
+    bytes_read += a1 - a0;
+    std::vector<UploadCopy> copies;
+    std::vector<std::pair<uint32_t, uint64_t>> uploaded;  // (tensor, bytes) completed by the copies
+    for (const Piece& p : run) {
+      const Region& r = ts[p.tensor].region;
+      if (r.device.host_accessible()) {
+        std::memcpy(r.data + p.dst_off, buf.data() + (p.file_off - a0), p.len);
+        landed(p.tensor, p.len);
+      } else {
+        copies.push_back({p.file_off - a0, r.data + p.dst_off, p.len});
+        uploaded.emplace_back(p.tensor, p.len);
+      }
+    }
+    if (!slot) return Status();
+    if (copies.empty()) {
+      up->release(*slot);
+      return Status();
+    }
+    return up->submit(*slot, copies, [&, uploaded = std::move(uploaded)](Status st) {
+      if (!st.ok()) return d.fail(st);
+      for (auto [ti, len] : uploaded) landed(ti, len);
+    });
   };
 
   auto worker = [&]() {
     Buffer staging;
-    if (direct) {
+    if (direct && !device) {
       auto b = Buffer::allocate(static_cast<size_t>(chunk + 2 * kAlign), kAlign);
       if (!b.ok()) return d.fail(b.status());
       staging = std::move(*b);
@@ -252,45 +295,39 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
         pieces.push_back({x.file, x.tensor, x.file_off + (s - x.pos), t - s, x.dst_off + (s - x.pos)});
       }
       for (size_t i = 0; i < pieces.size();) {
-        // A run: pieces contiguous in the same file.
         size_t j = i + 1;
         while (j < pieces.size() && pieces[j].file == pieces[i].file &&
                pieces[j].file_off == pieces[j - 1].file_off + pieces[j - 1].len)
           ++j;
+        bool to_device = false;
         for (size_t k = i; k < j; ++k) {
           Status s = ensure_alloc(pieces[k].tensor);
           if (!s.ok()) return d.fail(Status(s).with_file(plan.files[pieces[k].file].path));
+          to_device |= !ts[pieces[k].tensor].region.device.host_accessible();
         }
         auto fh = file_of(pieces[i].file);
         if (!fh.ok()) return d.fail(fh.status());
         const RandomAccessFile& f = **fh;
-        if (direct && f.alignment() > 1) {
-          uint64_t off = pieces[i].file_off, end = pieces[j - 1].file_off + pieces[j - 1].len;
-          uint64_t a0 = off & ~(kAlign - 1);
-          uint64_t a1 = std::min<uint64_t>((end + kAlign - 1) & ~(kAlign - 1), f.size());
-          if (a1 - a0 > staging.size())
-            return d.fail(Status::Internal(fmt::format("run of {} bytes at {} exceeds the {}-byte staging buffer", a1 - a0,
-                                                       a0, staging.size())));
-          Status s = f.read_at(a0, staging.span().first(static_cast<size_t>(a1 - a0)));
-          if (!s.ok()) return d.fail(s);
-          bytes_read += a1 - a0;
-          for (size_t k = i; k < j; ++k)
-            std::memcpy(ts[pieces[k].tensor].dst.data() + pieces[k].dst_off, staging.data() + (pieces[k].file_off - a0),
-                        pieces[k].len);
+        std::span<const Piece> run(pieces.data() + i, j - i);
+        Status s;
+        if (to_device) {
+          auto slot = up->acquire();
+          if (!slot.ok()) return d.fail(slot.status());
+          s = staged_run(f, run, slot->bytes, *slot);
+        } else if (direct && f.alignment() > 1) {
+          s = staged_run(f, run, staging.span(), std::nullopt);
         } else {
-          for (size_t k = i; k < j; ++k) {
-            std::span<std::byte> dst = ts[pieces[k].tensor].dst.subspan(pieces[k].dst_off, pieces[k].len);
-            Status s = f.read_at(pieces[k].file_off, dst);
-            if (!s.ok()) return d.fail(Status(s).with_tensor(plan.tensors[pieces[k].tensor].name));
-            bytes_read += pieces[k].len;
+          for (const Piece& p : run) {
+            s = f.read_at(p.file_off, std::span(ts[p.tensor].region.data + p.dst_off, p.len));
+            if (!s.ok()) {
+              s = std::move(s).with_tensor(plan.tensors[p.tensor].name);
+              break;
+            }
+            bytes_read += p.len;
+            landed(p.tensor, p.len);
           }
         }
-        for (size_t k = i; k < j; ++k) {
-          if (ts[pieces[k].tensor].remaining.fetch_sub(pieces[k].len) == pieces[k].len) {
-            Status s = hand_over(pieces[k].tensor);
-            if (!s.ok()) return d.fail(s);
-          }
-        }
+        if (!s.ok()) return d.fail(s);
         i = j;
       }
     }
@@ -298,6 +335,10 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
   std::vector<std::thread> pool;
   for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
   for (auto& t : pool) t.join();
+  if (up) {
+    Status f = up->flush();
+    if (!f.ok()) d.fail(f);
+  }
   WL_RETURN_IF_ERROR(d.status());
 
   // Tensors whose storage is not one contiguous range (some PyTorch views).
@@ -307,18 +348,12 @@ Status run_stream(Plan& plan, const LoadOptions& o, Delivery& d, LoadStats& stat
     WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
     auto full = reader->view(t.index);
     if (!full.ok()) return Status(full.status()).with_tensor(t.name).with_file(pf.path);
-    auto v = materialize(t, o, [&](std::span<std::byte> dst) -> Status {
-      if (!t.shard) {
-        std::memcpy(dst.data(), full->data(), dst.size());
-        return Status();
-      }
-      const ShardLayout& l = *t.shard;
-      for (uint64_t i = 0; i < l.outer; ++i) std::memcpy(dst.data() + i * l.run, full->data() + l.first + i * l.stride, l.run);
-      return Status();
-    });
-    if (!v.ok()) return Status(v.status()).with_file(pf.path);
+    auto r = place(t, dest);
+    if (!r.ok()) return Status(r.status()).with_file(pf.path);
+    Status s = copy_shard(dest, t, *r, full->bytes());
+    if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(pf.path);
     bytes_read += t.nbytes;
-    WL_RETURN_IF_ERROR(d.deliver(t, pf.path, std::move(*v)));
+    WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, *r)));
   }
   for (size_t fi = 0; fi < plan.files.size(); ++fi) d.file_done();
   stats.bytes_read = bytes_read.load();

@@ -6,27 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "weightlift/loader.h"
 
 namespace wl {
-
-namespace {
-
-std::string_view base_name(std::string_view p) {
-  auto pos = p.rfind('/');
-  return pos == std::string_view::npos ? p : p.substr(pos + 1);
-}
-
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
-std::string join_path(const std::string& dir, std::string_view name) {
-  if (dir.empty() || dir.back() == '/') return dir + std::string(name);
-  return dir + "/" + std::string(name);
-}
-
-}  // namespace
 
 bool natural_less(std::string_view a, std::string_view b) {
   size_t i = 0, j = 0;
@@ -101,7 +82,7 @@ std::vector<std::string> filter_files_not_needed_for_inference(const std::vector
   std::vector<std::string> out;
   for (auto& f : files) {
     bool drop = false;
-    for (const char* b : kBlack) drop |= ends_with(f, b);
+    for (const char* b : kBlack) drop |= std::string_view(f).ends_with(b);
     if (!drop) out.push_back(f);
   }
   return out;
@@ -112,8 +93,8 @@ Result<WeightFiles> find_weight_files(const std::string& path, Env* env) {
   if (!env->is_directory(path)) {
     if (!env->exists(path)) return Status::NotFound("no such file or directory").with_file(path);
     wf.files = {path};
-    if (ends_with(path, ".bin") || ends_with(path, ".pt") || ends_with(path, ".pth")) wf.format = WeightFormat::kPytorch;
-    else if (ends_with(path, ".npy")) wf.format = WeightFormat::kNumpy;
+    if (std::string_view(path).ends_with(".bin") || std::string_view(path).ends_with(".pt") || std::string_view(path).ends_with(".pth")) wf.format = WeightFormat::kPytorch;
+    else if (std::string_view(path).ends_with(".npy")) wf.format = WeightFormat::kNumpy;
     return wf;
   }
   WL_ASSIGN_OR_RETURN(auto entries, env->list_dir(path));
@@ -122,7 +103,7 @@ Result<WeightFiles> find_weight_files(const std::string& path, Env* env) {
   for (auto& [ext, fmt_] : patterns) {
     std::vector<std::string> hits;
     for (auto& e : entries)
-      if (!e.is_dir && ends_with(e.name, ext)) hits.push_back(join_path(path, e.name));
+      if (!e.is_dir && std::string_view(e.name).ends_with(ext)) hits.push_back(join_path(path, e.name));
     if (hits.empty()) continue;
     wf.format = fmt_;
     if (fmt_ == WeightFormat::kSafetensors) {

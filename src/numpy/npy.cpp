@@ -235,6 +235,7 @@ class NpyCheckpoint final : public CheckpointReader {
     tensors_.push_back(std::move(t));
   }
   const std::string& path() const override { return f_->path(); }
+  std::string version() const override { return f_->version(); }
   std::string_view format_name() const override { return "numpy"; }
   const std::vector<CheckpointTensor>& tensors() const override { return tensors_; }
   Result<TensorView> view(size_t i) const override {

@@ -385,6 +385,7 @@ Result<std::unique_ptr<CheckpointReader>> open_pytorch_checkpoint(const std::str
     std::shared_ptr<TorchCheckpoint> ck;
     const std::string& path() const override { return ck->path(); }
     std::string_view format_name() const override { return "pytorch"; }
+    std::string version() const override { return ck->version(); }
     const std::vector<CheckpointTensor>& tensors() const override { return ck->tensors(); }
     Result<TensorView> view(size_t i) const override { return ck->view(i); }
     Result<Tensor> read(size_t i) const override { return ck->read(i); }

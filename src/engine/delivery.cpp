@@ -1,0 +1,178 @@
+#include "engine/delivery.h"
+
+#include <cstring>
+#include <future>
+
+#include <fmt/format.h>
+
+namespace wl::engine {
+
+Delivery::Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan)
+    : o_(o), sink_(sink) {
+  p_.bytes_total = plan.bytes_total;
+  p_.tensors_total = plan.tensors.size();
+  p_.files_total = plan.files.size();
+}
+
+Status Delivery::deliver(const PlannedTensor& t, const std::string& file, TensorView view) {
+  std::lock_guard lk(mu_);
+  if (!status_.ok()) return status_;
+  LoadedTensor lt;
+  lt.name = t.name;
+  lt.file = file;
+  lt.view = std::move(view);
+  lt.full_shape = t.full_shape;
+  lt.ordinal = t.ordinal;
+  Status s = sink_(std::move(lt));
+  if (!s.ok()) {
+    status_ = s;
+    stop_.store(true);
+    return s;
+  }
+  p_.bytes_done += t.nbytes;
+  p_.tensors_done++;
+  if (o_.progress && !o_.progress(p_)) {
+    status_ = Status::Cancelled("load cancelled by the progress callback").with_file(file);
+    stop_.store(true);
+    return status_;
+  }
+  return Status();
+}
+
+void Delivery::file_done() {
+  std::lock_guard lk(mu_);
+  p_.files_done++;
+}
+
+void Delivery::fail(Status s) {
+  std::lock_guard lk(mu_);
+  if (status_.ok()) status_ = std::move(s);
+  stop_.store(true);
+}
+
+Status Delivery::status() const {
+  std::lock_guard lk(mu_);
+  return status_;
+}
+uint64_t Delivery::tensors() const {
+  std::lock_guard lk(mu_);
+  return p_.tensors_done;
+}
+uint64_t Delivery::bytes() const {
+  std::lock_guard lk(mu_);
+  return p_.bytes_done;
+}
+
+void PendingCopies::add(int n) {
+  std::lock_guard lk(mu_);
+  n_ += n;
+}
+void PendingCopies::done(const Status& s) {
+  std::lock_guard lk(mu_);
+  if (!s.ok() && first_.ok()) first_ = s;
+  if (--n_ == 0) cv_.notify_all();
+}
+Status PendingCopies::wait() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return n_ <= 0; });
+  return first_;
+}
+
+TensorView view_of(const PlannedTensor& t, const Region& r) {
+  return TensorView(t.dtype, t.shape, std::span<const std::byte>(r.data, r.size), r.owner, r.device);
+}
+
+Result<Region> place(const PlannedTensor& t, Destination& dest) {
+  auto r = dest.allocate(t.request());
+  if (!r.ok()) return Status(r.status()).with_tensor(t.name);
+  if (r->size != t.nbytes)
+    return Status::InvalidArgument(fmt::format("destination holds {} bytes, the tensor needs {}", r->size, t.nbytes))
+        .with_tensor(t.name);
+  if (r->data == nullptr && t.nbytes > 0) return Status::InvalidArgument("destination returned no memory").with_tensor(t.name);
+  if (!r->device.host_accessible() && dest.uploader() == nullptr)
+    return Status::InvalidArgument(fmt::format("destination memory on {} needs an uploader", r->device.to_string()))
+        .with_tensor(t.name);
+  return std::move(*r);
+}
+
+Status write_region(Destination& dest, const Region& r, uint64_t offset, std::span<const std::byte> src) {
+  if (offset > r.size || src.size() > r.size - offset)
+    return Status::Internal(fmt::format("write of {} bytes at {} exceeds the {}-byte region", src.size(), offset, r.size));
+  if (src.empty()) return Status();
+  if (r.device.host_accessible()) {
+    std::memcpy(r.data + offset, src.data(), src.size());
+    return Status();
+  }
+  Uploader* up = dest.uploader();
+  PendingCopies pending;
+  uint64_t done = 0;
+  while (done < src.size()) {
+    WL_ASSIGN_OR_RETURN(StagingSlot slot, up->acquire());
+    uint64_t n = std::min<uint64_t>(slot.bytes.size(), src.size() - done);
+    std::memcpy(slot.bytes.data(), src.data() + done, n);
+    UploadCopy c{0, r.data + offset + done, n};
+    pending.add();
+    Status s = up->submit(slot, std::span(&c, 1), [&pending](Status st) { pending.done(st); });
+    if (!s.ok()) {
+      pending.done(Status());
+      (void)pending.wait();
+      return s;
+    }
+    done += n;
+  }
+  return pending.wait();
+}
+
+Status read_region(Destination& dest, const Region& r, uint64_t offset, const RandomAccessFile& file,
+                   uint64_t file_offset, uint64_t n, PendingCopies& pending) {
+  if (offset > r.size || n > r.size - offset)
+    return Status::Internal(fmt::format("read of {} bytes at {} exceeds the {}-byte region", n, offset, r.size));
+  if (n == 0) return Status();
+  if (r.device.host_accessible()) return file.read_at(file_offset, std::span(r.data + offset, n));
+  Uploader* up = dest.uploader();
+  uint64_t done = 0;
+  while (done < n) {
+    WL_ASSIGN_OR_RETURN(StagingSlot slot, up->acquire());
+    uint64_t len = std::min<uint64_t>(slot.bytes.size(), n - done);
+    Status s = file.read_at(file_offset + done, slot.bytes.first(len));
+    if (!s.ok()) {
+      up->release(slot);
+      return s;
+    }
+    UploadCopy c{0, r.data + offset + done, len};
+    pending.add();
+    s = up->submit(slot, std::span(&c, 1), [&pending](Status st) { pending.done(st); });
+    if (!s.ok()) {
+      pending.done(Status());
+      return s;
+    }
+    done += len;
+  }
+  return Status();
+}
+
+// Copies this rank's bytes of `full` (the whole tensor, host memory) into the region.
+Status copy_shard(Destination& dest, const PlannedTensor& t, const Region& r, std::span<const std::byte> full) {
+  if (!t.shard) {
+    if (full.size() != r.size)
+      return Status::Internal(fmt::format("tensor holds {} bytes, expected {}", full.size(), r.size));
+    return write_region(dest, r, 0, full);
+  }
+  const ShardLayout& l = *t.shard;
+  if (l.outer && l.first + (l.outer - 1) * l.stride + l.run > full.size())
+    return Status::Internal("shard layout exceeds the tensor");
+  if (r.device.host_accessible()) {
+    for (uint64_t i = 0; i < l.outer; ++i) std::memcpy(r.data + i * l.run, full.data() + l.first + i * l.stride, l.run);
+    return Status();
+  }
+  WL_ASSIGN_OR_RETURN(Buffer tmp, Buffer::allocate(static_cast<size_t>(r.size)));
+  for (uint64_t i = 0; i < l.outer; ++i) std::memcpy(tmp.data() + i * l.run, full.data() + l.first + i * l.stride, l.run);
+  return write_region(dest, r, 0, tmp.span());
+}
+
+Destination& default_destination() {
+  static std::unique_ptr<Destination> d = host_destination();
+  return *d;
+}
+
+}  // namespace wl::engine

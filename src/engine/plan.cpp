@@ -1,0 +1,90 @@
+#include "engine/plan.h"
+
+#include <algorithm>
+
+#include "weightlift/expert_filter.h"
+
+namespace wl::engine {
+
+namespace {
+
+// Opens of one path insist on one version: a checkpoint reader that opens the
+// file itself (any format) then reads the planned version or fails.
+class PinnedVersionEnv final : public EnvWrapper {
+ public:
+  PinnedVersionEnv(Env* target, std::string path, std::string version)
+      : EnvWrapper(target), path_(std::move(path)), version_(std::move(version)) {}
+  Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& o) override {
+    if (path != path_ || version_.empty()) return EnvWrapper::open(path, o);
+    OpenOptions pinned = o;
+    pinned.expect_version = version_;
+    return EnvWrapper::open(path, pinned);
+  }
+
+ private:
+  std::string path_, version_;
+};
+
+}  // namespace
+
+Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions& o) {
+  Plan plan;
+  uint64_t next_ordinal = 0;
+  for (size_t fi = 0; fi < files.size(); ++fi) {
+    PlanFile pf;
+    pf.path = files[fi];
+    WL_ASSIGN_OR_RETURN(pf.reader, open_checkpoint(files[fi], o.env));
+    pf.version = pf.reader->version();
+    const auto& ts = pf.reader->tensors();
+    for (size_t i = 0; i < ts.size(); ++i) {
+      const CheckpointTensor& ct = ts[i];
+      if (should_skip_weight(ct.name, o.local_experts)) {
+        plan.skipped++;
+        continue;
+      }
+      PlannedTensor t;
+      t.file = fi;
+      t.index = i;
+      t.name = ct.name;
+      t.dtype = ct.dtype;
+      t.full_shape = ct.shape;
+      t.shape = ct.shape;
+      t.nbytes = ct.nbytes;
+      t.full_nbytes = ct.nbytes;
+      t.file_offset = ct.file_offset;
+      if (o.tp_size > 1 || !o.shard_rules.empty()) {
+        if (const ShardRule* r = find_shard_rule(o.shard_rules, ct.name)) {
+          auto l = shard_layout(ct.dtype, ct.shape, r->dim, o.tp_rank, o.tp_size);
+          if (!l.ok()) return Status(l.status()).with_tensor(ct.name).with_file(files[fi]);
+          t.shape = l->shape;
+          t.nbytes = l->nbytes;
+          t.shard = *l;
+        }
+      }
+      plan.bytes_total += t.nbytes;
+      pf.tensors.push_back(plan.tensors.size());
+      plan.tensors.push_back(std::move(t));
+    }
+    std::stable_sort(pf.tensors.begin(), pf.tensors.end(), [&](size_t a, size_t b) {
+      return plan.tensors[a].file_offset.value_or(0) < plan.tensors[b].file_offset.value_or(0);
+    });
+    for (size_t k : pf.tensors) plan.tensors[k].ordinal = next_ordinal++;
+    if (fi >= kKeepOpen) pf.reader.reset();
+    plan.files.push_back(std::move(pf));
+  }
+  return plan;
+}
+
+Result<CheckpointReader*> reader_of(PlanFile& pf, Env* env) {
+  if (!pf.reader) {
+    PinnedVersionEnv pinned(env, pf.path, pf.version);
+    WL_ASSIGN_OR_RETURN(pf.reader, open_checkpoint(pf.path, &pinned));
+  }
+  return pf.reader.get();
+}
+
+Result<std::shared_ptr<RandomAccessFile>> open_data(const PlanFile& pf, Env* env, FileMode mode) {
+  return env->open(pf.path, {.mode = mode, .expect_version = pf.version});
+}
+
+}  // namespace wl::engine

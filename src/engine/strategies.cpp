@@ -1,0 +1,185 @@
+// The per-file strategies (lazy, eager, threads, prefetch) and run_load().
+#include "engine/strategies.h"
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "weightlift/prefetch.h"
+
+namespace wl::engine {
+
+namespace {
+
+// A tensor whose bytes are in `full` (host memory): shared as is when the
+// engine chose the memory and allowed it, else copied into the destination.
+Status deliver_from(const PlannedTensor& t, const PlanFile& pf, const TensorView& full, const LoadOptions& o,
+                    Destination& dest, Delivery& d, bool share) {
+  if (!t.shard && share && o.destination == nullptr)
+    return d.deliver(t, pf.path, TensorView(t.dtype, t.shape, full.bytes(), full.owner()));
+  auto r = place(t, dest);
+  if (!r.ok()) return Status(r.status()).with_file(pf.path);
+  Status s = copy_shard(dest, t, *r, full.bytes());
+  if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(pf.path);
+  return d.deliver(t, pf.path, view_of(t, *r));
+}
+
+Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& dest, Delivery& d) {
+  PlanFile& pf = plan.files[fi];
+  // The data is read from the planned version of the file: whole tensors with
+  // pread (a file truncated under us is an error, not SIGBUS), shards cut out
+  // of the mapping.
+  WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, FileMode::kMmap));
+  file->advise(0, file->size(), Advice::kSequential);
+  PendingCopies pending;  // device destinations: copies in flight
+  Status st = [&]() -> Status {
+  for (size_t ti : pf.tensors) {
+    if (d.stopped()) break;
+    const PlannedTensor& t = plan.tensors[ti];
+    if (!t.shard && t.file_offset) {
+      auto r = place(t, dest);
+      if (!r.ok()) return Status(r.status()).with_file(pf.path);
+      Status s = read_region(dest, *r, 0, *file, *t.file_offset, t.nbytes, pending);
+      if (s.ok() && !r->device.host_accessible()) s = pending.wait();
+      if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(pf.path);
+      WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, *r)));
+      continue;
+    }
+    TensorView full;
+    auto bytes = t.file_offset ? file->view(*t.file_offset, t.full_nbytes) : Result<std::span<const std::byte>>(Status::Unimplemented(""));
+    if (bytes.ok()) {
+      full = TensorView(t.dtype, t.full_shape, *bytes, file);
+    } else {
+      WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
+      auto v = reader->view(t.index);
+      if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
+      full = *v;
+    }
+    WL_RETURN_IF_ERROR(deliver_from(t, pf, full, o, dest, d, /*share=*/false));
+  }
+  return Status();
+  }();
+  Status copies = pending.wait();  // never leave with copies in flight
+  WL_RETURN_IF_ERROR(st);
+  WL_RETURN_IF_ERROR(copies);
+  pf.reader.reset();  // unmap
+  d.file_done();
+  return d.status();
+}
+
+// Reads the whole file with one read; tensors stored contiguously view that
+// buffer, the others come from the reader.
+Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination& dest, Delivery& d,
+                       uint64_t* bytes_read) {
+  PlanFile& pf = plan.files[fi];
+  WL_ASSIGN_OR_RETURN(auto f, open_data(pf, o.env, FileMode::kPread));
+  auto buf = Buffer::allocate(static_cast<size_t>(f->size()), 4096);
+  if (!buf.ok()) return Status(buf.status()).with_file(pf.path);
+  auto owner = std::make_shared<Buffer>(std::move(*buf));
+  WL_RETURN_IF_ERROR(f->read_at(0, owner->span()));
+  *bytes_read += f->size();
+  for (size_t ti : pf.tensors) {
+    if (d.stopped()) return d.status();
+    const PlannedTensor& t = plan.tensors[ti];
+    TensorView full;
+    const uint64_t full_bytes = t.full_nbytes;
+    if (t.file_offset && *t.file_offset <= owner->size() && full_bytes <= owner->size() - *t.file_offset) {
+      full = TensorView(t.dtype, t.full_shape, owner->span().subspan(*t.file_offset, full_bytes), owner);
+    } else {
+      WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
+      auto v = r->view(t.index);
+      if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
+      full = *v;
+    }
+    WL_RETURN_IF_ERROR(deliver_from(t, pf, full, o, dest, d, /*share=*/true));
+  }
+  pf.reader.reset();
+  d.file_done();
+  return Status();
+}
+
+int default_threads(const LoadOptions& o) { return o.threads > 0 ? o.threads : 8; }
+
+}  // namespace
+
+Status run_lazy(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
+  for (size_t fi = 0; fi < plan.files.size(); ++fi) WL_RETURN_IF_ERROR(load_file_lazy(plan, fi, o, dest, d));
+  for (auto& t : plan.tensors) stats.bytes_read += t.nbytes;
+  return Status();
+}
+
+Status run_eager(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
+  for (size_t fi = 0; fi < plan.files.size(); ++fi)
+    WL_RETURN_IF_ERROR(load_file_eager(plan, fi, o, dest, d, &stats.bytes_read));
+  return Status();
+}
+
+Status run_threads(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
+  const int n = std::min<int>(default_threads(o), static_cast<int>(std::max<size_t>(plan.files.size(), 1)));
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> read_total{0};
+  auto worker = [&] {
+    while (!d.stopped()) {
+      size_t fi = next.fetch_add(1);
+      if (fi >= plan.files.size()) return;
+      uint64_t r = 0;
+      Status s = load_file_eager(plan, fi, o, dest, d, &r);
+      read_total += r;
+      if (!s.ok()) {
+        d.fail(s);
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int i = 0; i < n; ++i) ts.emplace_back(worker);
+  for (auto& t : ts) t.join();
+  stats.bytes_read += read_total.load();
+  return d.status();
+}
+
+Status run_prefetch(Plan& plan, const std::vector<std::string>& files, const LoadOptions& o, Destination& dest,
+                    Delivery& d, LoadStats& stats) {
+  PrefetchOptions po;
+  po.threads = o.threads > 0 ? o.threads : kDefaultPrefetchThreads;
+  po.block_size = o.block_size > 0 ? o.block_size : kDefaultPrefetchBlockSize;
+  po.rank = o.rank;
+  po.world_size = o.world_size;
+  po.env = o.env;
+  po.log = o.log;
+  WL_ASSIGN_OR_RETURN(auto pre, Prefetcher::start(files, po));
+  Status st = run_lazy(plan, o, dest, d, stats);
+  pre.reset();
+  return st;
+}
+
+Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, const LoadOptions& o,
+                           const std::function<Status(LoadedTensor&&)>& sink) {
+  auto t0 = std::chrono::steady_clock::now();
+  LoadStats stats;
+  stats.strategy = s;
+  WL_ASSIGN_OR_RETURN(Plan plan, make_plan(files, o));
+  stats.skipped_tensors = plan.skipped;
+  Destination& dest = o.destination ? *o.destination : default_destination();
+  Delivery d(o, sink, plan);
+  Status st;
+  switch (s) {
+    case Strategy::kPrefetch: st = run_prefetch(plan, files, o, dest, d, stats); break;
+    case Strategy::kAuto:
+    case Strategy::kLazy: st = run_lazy(plan, o, dest, d, stats); break;
+    case Strategy::kEager: st = run_eager(plan, o, dest, d, stats); break;
+    case Strategy::kThreads: st = run_threads(plan, o, dest, d, stats); break;
+    case Strategy::kStream: st = run_stream(plan, o, dest, d, stats); break;
+  }
+  if (st.ok()) st = d.status();
+  if (!st.ok()) return st;
+  stats.tensors = d.tensors();
+  stats.bytes = d.bytes();
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return stats;
+}
+
+}  // namespace wl::engine

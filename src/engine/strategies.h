@@ -1,0 +1,26 @@
+// Private: the strategy runners. Each reads the plan's bytes into the
+// destination and delivers every tensor through `d`.
+#pragma once
+
+#include "engine/delivery.h"
+#include "engine/plan.h"
+
+namespace wl::engine {
+
+// lazy: one file at a time, each tensor read on its own (mapping for shards).
+Status run_lazy(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats);
+// eager: one file at a time, read whole with one read.
+Status run_eager(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats);
+// threads: N workers each loading whole files (eager).
+Status run_threads(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats);
+// prefetch: a background page-cache prefetch, then lazy.
+Status run_prefetch(Plan& plan, const std::vector<std::string>& files, const LoadOptions& o, Destination& dest,
+                    Delivery& d, LoadStats& stats);
+// stream: every selected byte range as one stream over N I/O threads.
+Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats);
+
+// The whole load: the plan, then the strategy `s` (never kAuto).
+Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, const LoadOptions& o,
+                           const std::function<Status(LoadedTensor&&)>& sink);
+
+}  // namespace wl::engine
