@@ -49,65 +49,12 @@
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
+#include "bindings.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
 
-namespace {
-
-// ---- errors -----------------------------------------------------------------
-
-PyObject* g_corrupt_error = nullptr;    // weightlift.CorruptDataError(ValueError)
-PyObject* g_cancelled_error = nullptr;  // weightlift.CancelledError(RuntimeError)
-
-struct StatusError : std::exception {
-  wl::Status status;
-  std::string text;
-  explicit StatusError(wl::Status s) : status(std::move(s)), text(status.to_string()) {}
-  const char* what() const noexcept override { return text.c_str(); }
-};
-
-PyObject* exception_type(wl::Code code) {
-  switch (code) {
-    case wl::Code::kNotFound: return PyExc_FileNotFoundError;
-    case wl::Code::kPermissionDenied: return PyExc_PermissionError;
-    case wl::Code::kInvalidArgument: return PyExc_ValueError;
-    case wl::Code::kCorruptData:
-    case wl::Code::kOutOfRange: return g_corrupt_error;
-    case wl::Code::kUnimplemented: return PyExc_NotImplementedError;
-    case wl::Code::kIoError: return PyExc_OSError;
-    case wl::Code::kUnavailable: return PyExc_ConnectionError;
-    case wl::Code::kAlreadyExists: return PyExc_FileExistsError;
-    case wl::Code::kCancelled: return g_cancelled_error;
-    default: return PyExc_RuntimeError;
-  }
-}
-
-[[noreturn]] void raise(wl::Status s) { throw StatusError(std::move(s)); }
-
-template <class T>
-T unwrap(wl::Result<T>&& r) {
-  if (!r.ok()) raise(std::move(r).status());
-  return std::move(r).value();
-}
-
-void check(wl::Status s) {
-  if (!s.ok()) raise(std::move(s));
-}
-
-// ---- tensors ----------------------------------------------------------------
-
-using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig>;
-
-// A 1-D uint8 array over `bytes`, owning `owner` (a copy of the view's owner).
-Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const void> owner) {
-  static uint8_t empty_byte = 0;
-  auto* keep = new std::shared_ptr<const void>(std::move(owner));
-  nb::capsule cap(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
-  uint8_t* data = bytes.empty() ? &empty_byte : reinterpret_cast<uint8_t*>(const_cast<std::byte*>(bytes.data()));
-  size_t shape[1] = {bytes.size()};
-  return Bytes(data, 1, shape, cap);
-}
+namespace wlpy {
 
 nb::tuple tensor_tuple(const wl::TensorView& v) {
   return nb::make_tuple(std::string(wl::dtype_name(v.dtype())), nb::cast(v.shape()),
@@ -370,7 +317,9 @@ class Stream {
   std::thread worker_;
 };
 
-}  // namespace
+}  // namespace wlpy
+
+using namespace wlpy;
 
 NB_MODULE(_core, m) {
   m.doc() = "weightlift's C++ engine (use the weightlift package, not this module)";
@@ -554,4 +503,7 @@ NB_MODULE(_core, m) {
         check(wl::write_safetensors(path, tensors, metadata));
       },
       "path"_a, "tensors"_a, "metadata"_a = std::map<std::string, std::string>{});
+
+  // Each component's bindings (python/src/bind_<component>.cpp), declared in bindings.h.
+
 }

@@ -1,0 +1,76 @@
+// Private to the extension: what every binding file shares (Status ->
+// Python exceptions, byte arrays that own their memory). Each component's
+// bindings live in their own python/src/bind_<component>.cpp with a
+// `void bind_<component>(nanobind::module_& m)` called from module.cpp.
+#pragma once
+
+#include <memory>
+#include <span>
+#include <string>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+
+#include "weightlift/status.h"
+#include "weightlift/tensor.h"
+
+namespace wlpy {
+
+namespace nb = nanobind;
+
+// ---- errors -----------------------------------------------------------------
+
+inline PyObject* g_corrupt_error = nullptr;    // weightlift.CorruptDataError(ValueError)
+inline PyObject* g_cancelled_error = nullptr;  // weightlift.CancelledError(RuntimeError)
+
+struct StatusError : std::exception {
+  wl::Status status;
+  std::string text;
+  explicit StatusError(wl::Status s) : status(std::move(s)), text(status.to_string()) {}
+  const char* what() const noexcept override { return text.c_str(); }
+};
+
+inline PyObject* exception_type(wl::Code code) {
+  switch (code) {
+    case wl::Code::kNotFound: return PyExc_FileNotFoundError;
+    case wl::Code::kPermissionDenied: return PyExc_PermissionError;
+    case wl::Code::kInvalidArgument: return PyExc_ValueError;
+    case wl::Code::kCorruptData:
+    case wl::Code::kOutOfRange: return g_corrupt_error;
+    case wl::Code::kUnimplemented: return PyExc_NotImplementedError;
+    case wl::Code::kIoError: return PyExc_OSError;
+    case wl::Code::kUnavailable: return PyExc_ConnectionError;
+    case wl::Code::kAlreadyExists: return PyExc_FileExistsError;
+    case wl::Code::kCancelled: return g_cancelled_error;
+    default: return PyExc_RuntimeError;
+  }
+}
+
+[[noreturn]] inline void raise(wl::Status s) { throw StatusError(std::move(s)); }
+
+template <class T>
+T unwrap(wl::Result<T>&& r) {
+  if (!r.ok()) raise(std::move(r).status());
+  return std::move(r).value();
+}
+
+inline void check(wl::Status s) {
+  if (!s.ok()) raise(std::move(s));
+}
+
+// ---- tensors ----------------------------------------------------------------
+
+using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig>;
+
+// A 1-D uint8 array over `bytes`, owning `owner` (a copy of the view's owner).
+inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const void> owner) {
+  static uint8_t empty_byte = 0;
+  auto* keep = new std::shared_ptr<const void>(std::move(owner));
+  nb::capsule cap(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
+  uint8_t* data = bytes.empty() ? &empty_byte : reinterpret_cast<uint8_t*>(const_cast<std::byte*>(bytes.data()));
+  size_t shape[1] = {bytes.size()};
+  return Bytes(data, 1, shape, cap);
+}
+
+
+}  // namespace wlpy
