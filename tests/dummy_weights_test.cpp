@@ -149,8 +149,9 @@ TEST(DummyWeights, SameBytesAtAnyThreadCount) {
     const int64_t n = 100003;  // odd: chunks end inside Philox blocks
     Tensor ref = make(dt, n);
     ASSERT_TRUE(fill_dummy(ref, -1e-3, 1e-3, 1234, 1).ok());
-    for (int threads : {2, 7, 16}) {
+    for (int threads : {2, 3, 4, 5, 6, 7, 8, 9, 16}) {  // 4, 5, 8 once left the last elements unfilled
       Tensor t = make(dt, n);
+      std::fill(t.mutable_bytes().begin(), t.mutable_bytes().end(), std::byte{0xA5});  // unfilled bytes show
       ASSERT_TRUE(fill_dummy(t, -1e-3, 1e-3, 1234, threads).ok());
       ASSERT_EQ(std::memcmp(t.bytes().data(), ref.bytes().data(), ref.nbytes()), 0)
           << dtype_name(dt) << " with " << threads << " threads";
@@ -166,6 +167,26 @@ TEST(DummyWeights, SameBytesAtAnyThreadCount) {
     Tensor small = make(dt, 37);
     ASSERT_TRUE(fill_dummy(small).ok());
     EXPECT_EQ(std::memcmp(small.bytes().data(), ref.bytes().data(), small.nbytes()), 0) << dtype_name(dt);
+  }
+}
+
+TEST(DummyWeights, UnevenSizesAreFilledToTheLastElementAtEveryThreadCount) {
+  // Sizes the thread count does not divide: the chunks' rounding must never
+  // leave a tail for nobody (the F32 [100003], F64 [50001], BF16 [1024, 1024]).
+  const std::pair<DType, int64_t> cases[] = {{DType::F32, 100003}, {DType::F64, 50001}, {DType::BF16, 1024 * 1024},
+                                             {DType::F16, 4096 * 3 + 1}, {DType::F8_E4M3, 65537}};
+  for (auto [dt, n] : cases) {
+    for (int threads = 1; threads <= 9; ++threads) {
+      Tensor t = make(dt, n);
+      std::fill(t.mutable_bytes().begin(), t.mutable_bytes().end(), std::byte{0xA5});
+      ASSERT_TRUE(fill_dummy(t, -1e-3, 1e-3, 1234, threads).ok());
+      for (int64_t i : {n - 1, n - 2, n - 3, n - 5, n / 2, int64_t{0}}) {
+        uint64_t bits = 0;
+        std::memcpy(&bits, t.bytes().data() + i * dtype_size(dt), dtype_size(dt));
+        ASSERT_EQ(bits, dummy_element_bits(dt, static_cast<uint64_t>(i), -1e-3, 1e-3, 1234))
+            << dtype_name(dt) << " [" << n << "] element " << i << " with " << threads << " threads";
+      }
+    }
   }
 }
 

@@ -3,10 +3,14 @@
 #include <nlohmann/json.hpp>
 
 #include "test_util.h"
+#include "weightlift/safetensors.h"
+
+#include <sys/stat.h>
 
 namespace wl {
 namespace {
 
+using testing::CommandResult;
 using testing::run_cli;
 using testing::TempDir;
 using testing::write_bytes;
@@ -81,15 +85,34 @@ TEST(RemapCli, KvScalesAndExperts) {
 TEST(DummyCli, SameHashAtAnyThreadCount) {
   TempDir dir;
   ASSERT_EQ(run_cli({"synth", dir.file("m"), "--size", "TINY"}).exit_code, 0);
-  std::string hash;
-  for (const char* threads : {"1", "2", "7", "16"}) {
+  // And sizes that no thread count divides evenly (F32 [100003], F64 [50001], BF16 [1024, 1024]).
+  {
+    Tensor f32 = *Tensor::empty(DType::F32, {100003}), f64 = *Tensor::empty(DType::F64, {50001}),
+           bf16 = *Tensor::empty(DType::BF16, {1024, 1024});
+    std::vector<NamedTensor> ts = {{"a", f32.view()}, {"b", f64.view()}, {"c", bf16.view()}};
+    ASSERT_EQ(::mkdir(dir.file("u").c_str(), 0755), 0);
+    ASSERT_TRUE(write_safetensors(dir.file("u/model.safetensors"), ts).ok());
+  }
+  auto hash_of = [](const CommandResult& r) {
+    auto at = r.out.find("sha256 ");
+    return at == std::string::npos ? std::string() : r.out.substr(at + 7, 64);
+  };
+  std::string hash, uneven, sums;
+  for (const char* threads : {"1", "2", "4", "5", "7", "8", "16"}) {
     auto r = run_cli({"dummy", dir.file("m"), "--threads", threads, "--hash"});
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    auto at = r.out.find("sha256 ");
-    ASSERT_NE(at, std::string::npos) << r.out;
-    std::string h = r.out.substr(at + 7, 64);
-    if (hash.empty()) hash = h;
-    EXPECT_EQ(h, hash) << threads << " threads";
+    ASSERT_FALSE(hash_of(r).empty()) << r.out;
+    if (hash.empty()) hash = hash_of(r);
+    EXPECT_EQ(hash_of(r), hash) << threads << " threads";
+    auto u = run_cli({"dummy", dir.file("u"), "--threads", threads, "--hash"});
+    ASSERT_EQ(u.exit_code, 0) << u.err;
+    if (uneven.empty()) uneven = hash_of(u);
+    EXPECT_EQ(hash_of(u), uneven) << "uneven sizes, " << threads << " threads";
+    auto l = run_cli({"load", dir.file("u"), "--dummy", "--threads", threads, "--checksum", "--format", "jsonl",
+                      "--no-progress"});
+    ASSERT_EQ(l.exit_code, 0) << l.err;
+    if (sums.empty()) sums = l.out;
+    EXPECT_EQ(l.out, sums) << "load --dummy, " << threads << " threads";
   }
   auto other = run_cli({"dummy", dir.file("m"), "--seed", "7", "--hash"});
   EXPECT_EQ(other.out.find(hash), std::string::npos);

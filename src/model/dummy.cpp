@@ -174,7 +174,8 @@ Status fill_dummy(DType dtype, std::span<std::byte> bytes, uint64_t numel, const
   std::vector<std::thread> pool;
   pool.reserve(threads);
   for (uint64_t t = 0; t < threads; ++t) {
-    uint64_t b = std::min(numel, t * per), e = std::min(numel, b + per);
+    // The last thread takes everything left: per * threads can fall short of numel.
+    uint64_t b = std::min(numel, t * per), e = t + 1 == threads ? numel : std::min(numel, b + per);
     if (b >= e) break;
     pool.emplace_back([&, b, e] { fill_range(*kind, bytes.data(), b, e, p); });
   }
