@@ -46,7 +46,7 @@ Result<NpyHeader> read_npy_header(const RandomAccessFile& file);
 // The whole array as a row-major, little-endian tensor.
 Result<Tensor> read_npy(const std::string& path, Env* env = Env::Default());
 // Writes `t` (row-major bytes) atomically.
-Status write_npy(const std::string& path, const TensorView& t);
+Status write_npy(const std::string& path, const TensorView& t, Env* env = Env::Default());
 // The same bytes in memory.
 Result<std::string> serialize_npy(const TensorView& t);
 

@@ -120,7 +120,7 @@ Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
 // Writes a file atomically (temporary + rename). Names must be unique; dtypes
 // must be storable in safetensors; each view's size must match its shape.
 Status write_safetensors(const std::string& path, std::span<const NamedTensor> tensors,
-                         const std::map<std::string, std::string>& metadata = {});
+                         const std::map<std::string, std::string>& metadata = {}, Env* env = Env::Default());
 // The same bytes, in memory.
 Result<std::string> serialize_safetensors(std::span<const NamedTensor> tensors,
                                           const std::map<std::string, std::string>& metadata = {});

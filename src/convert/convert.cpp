@@ -18,14 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-Status make_parent(const std::string& path) {
-  fs::path parent = fs::path(path).parent_path();
-  if (parent.empty()) return Status::Ok();
-  std::error_code ec;
-  fs::create_directories(parent, ec);
-  if (ec) return Status::FromErrno(ec.value(), "cannot create folder " + parent.string()).with_file(path);
-  return Status::Ok();
-}
 
 struct Converted {
   std::vector<std::pair<std::string, uint64_t>> names;  // written names and their byte sizes
@@ -65,8 +57,9 @@ Result<Converted> convert_one(const std::string& input, const std::string& outpu
                                         "{} bytes; refusing to write it",
                                         plan->total_size, o.max_size_growth * 100, in_size))
         .with_file(input);
-  WL_RETURN_IF_ERROR(make_parent(output));
-  WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(output));
+  if (Status s = env->create_dirs(parent_dir(output)); !s.ok())
+    return Status(s.code(), "cannot create folder " + parent_dir(output) + ": " + s.message()).with_file(output);
+  WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(output, 0644, env));
   WL_RETURN_IF_ERROR(out.append(plan->prefix));
   for (size_t idx : plan->order) WL_RETURN_IF_ERROR(out.append(named[idx].view.bytes()));
   if (o.verify) {
@@ -153,7 +146,7 @@ Result<ConvertResult> convert_pytorch_folder(const std::string& folder, const st
   for (auto& [name, shard] : owner) weight_map[name] = shard;
   nlohmann::ordered_json index = {{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}};
   std::string index_path = (fs::path(output_folder) / kSafetensorsIndexName).string();
-  WL_RETURN_IF_ERROR(write_file_atomic(index_path, index.dump(2) + "\n"));
+  WL_RETURN_IF_ERROR(write_file_atomic(index_path, index.dump(2) + "\n", env));
   res.outputs.push_back(index_path);
   return res;
 }

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "weightlift/hash.h"
+#include "weightlift/io.h"
 
 namespace wl {
 namespace {
@@ -30,22 +31,6 @@ std::string absolute(const std::string& dir) {
   std::string s = p.lexically_normal().string();
   while (s.size() > 1 && s.back() == '/') s.pop_back();
   return s;
-}
-
-Status make_dirs(const std::string& dir) {
-  if (dir.empty()) return Status();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec && !std::filesystem::is_directory(dir))
-    return Status::FromErrno(ec.value(), "cannot create the lock directory").with_file(dir);
-  return Status();
-}
-
-std::string parent_dir(const std::string& path) {
-  auto pos = path.rfind('/');
-  if (pos == std::string::npos) return "";
-  if (pos == 0) return "/";
-  return path.substr(0, pos);
 }
 
 }  // namespace
@@ -88,7 +73,8 @@ CrossProcessLock::~CrossProcessLock() {
 
 Status CrossProcessLock::open_file() {
   if (fd_ >= 0) return Status();
-  WL_RETURN_IF_ERROR(make_dirs(parent_dir(path_)));
+  if (Status s = Env::Default()->create_dirs(parent_dir(path_)); !s.ok())
+    return Status(s.code(), "cannot create the lock directory: " + s.message()).with_file(parent_dir(path_));
   int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
   if (fd < 0) return Status::FromErrno(errno, "cannot open the lock file").with_file(path_);
   // The umask would narrow 0666; widen it again so other users can lock too.

@@ -46,9 +46,8 @@ Result<NpCacheResult> np_cache_prepare(const std::vector<std::string>& weight_fi
                                        const std::string& lock_path, Env* env) {
   NpCacheResult res;
   res.np_folder = (fs::path(hf_folder) / kNpCacheFolder).string();
-  std::error_code ec;
-  fs::create_directories(res.np_folder, ec);
-  if (ec) return Status::FromErrno(ec.value(), "cannot create the NumPy cache folder").with_file(res.np_folder);
+  if (Status s = env->create_dirs(res.np_folder); !s.ok())
+    return Status(s.code(), "cannot create the NumPy cache folder: " + s.message()).with_file(res.np_folder);
   std::string lock = lock_path.empty() ? (fs::path(hf_folder) / "np.lock").string() : lock_path;
   CrossProcessLock held(lock);  // released when it goes out of scope
   WL_RETURN_IF_ERROR(held.acquire());
@@ -62,13 +61,13 @@ Result<NpCacheResult> np_cache_prepare(const std::vector<std::string>& weight_fi
         if (!plain_file_name(name))
           return Status::InvalidArgument("tensor name cannot be a NumPy cache file name").with_file(f).with_tensor(name);
         WL_ASSIGN_OR_RETURN(TensorView v, ck->view(i));
-        Status s = write_npy((fs::path(res.np_folder) / name).string(), v);
+        Status s = write_npy((fs::path(res.np_folder) / name).string(), v, env);
         if (!s.ok()) return std::move(s).with_tensor(name);
         names.push_back(name);
       }
     }
     // The names file is written last: its presence means the cache is complete.
-    WL_RETURN_IF_ERROR(write_file_atomic(names_path, nlohmann::json(names).dump() + "\n"));
+    WL_RETURN_IF_ERROR(write_file_atomic(names_path, nlohmann::json(names).dump() + "\n", env));
     res.dumped = true;
   }
   WL_ASSIGN_OR_RETURN(res.names, np_cache_names(hf_folder));

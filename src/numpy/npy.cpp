@@ -328,14 +328,14 @@ Result<std::string> serialize_npy(const TensorView& t) {
   return out;
 }
 
-Status write_npy(const std::string& path, const TensorView& t) {
+Status write_npy(const std::string& path, const TensorView& t, Env* env) {
   const char* descr = descr_of(t.dtype());
   if (!descr)
     return Status::Unimplemented(fmt::format("NumPy has no {} dtype; cannot write it to .npy", dtype_name(t.dtype())))
         .with_file(path);
   // The header alone (no data), then the data appended straight from the view.
   WL_ASSIGN_OR_RETURN(std::string head, serialize_npy(TensorView(t.dtype(), t.shape(), {}, nullptr)));
-  WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path));
+  WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path, 0644, env));
   WL_RETURN_IF_ERROR(out.append(head));
   WL_RETURN_IF_ERROR(out.append(t.bytes()));
   return out.commit();

@@ -87,9 +87,9 @@ Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
 }
 
 Status write_safetensors(const std::string& path, std::span<const NamedTensor> tensors,
-                         const std::map<std::string, std::string>& metadata) {
+                         const std::map<std::string, std::string>& metadata, Env* env) {
   WL_ASSIGN_OR_RETURN(SafetensorsLayout L, plan_safetensors(tensors, metadata));
-  WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path));
+  WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path, 0644, env));
   WL_RETURN_IF_ERROR(out.append(L.prefix));
   for (size_t idx : L.order) WL_RETURN_IF_ERROR(out.append(tensors[idx].view.bytes()));
   return out.commit();

@@ -62,17 +62,6 @@ struct Spec {
   uint64_t nbytes() const { return shape_numel(shape) * static_cast<uint64_t>(dtype_size(dtype)); }
 };
 
-Status make_dirs(const std::string& dir) {
-  std::string cur;
-  for (size_t i = 0; i <= dir.size(); ++i) {
-    if (i == dir.size() || dir[i] == '/') {
-      if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-        return Status::FromErrno(errno, "cannot create directory").with_file(cur);
-    }
-    if (i < dir.size()) cur += dir[i];
-  }
-  return Status();
-}
 
 }  // namespace
 
@@ -155,7 +144,7 @@ Result<SynthResult> synth_model(const std::string& dir, const SynthOptions& o) {
     shards.back().push_back(i);
     cur += specs[i].nbytes();
   }
-  WL_RETURN_IF_ERROR(make_dirs(dir));
+  WL_RETURN_IF_ERROR(Env::Default()->create_dirs(dir));
 
   nlohmann::ordered_json weight_map = nlohmann::ordered_json::object();
   Buffer scratch;

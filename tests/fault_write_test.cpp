@@ -1,0 +1,108 @@
+// Write faults through the Env seam: every writer (safetensors, .npy, the
+// NumPy cache, conversion) reports a failed write naming its output and
+// leaves neither a half-written file nor a stray temporary behind.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cerrno>
+
+#include "engine_test_util.h"
+#include "test_util.h"
+#include "weightlift/convert.h"
+#include "weightlift/npy.h"
+#include "weightlift/safetensors.h"
+
+namespace wl {
+namespace {
+
+using testing::make_f32;
+using testing::TempDir;
+
+// Files created through this Env accept `budget` bytes in all, then fail
+// every write with ENOSPC; everything else goes to the default Env.
+class DiskFullEnv final : public EnvWrapper {
+ public:
+  explicit DiskFullEnv(uint64_t budget) : EnvWrapper(Env::Default()), left_(budget) {}
+  Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& o) override {
+    WL_ASSIGN_OR_RETURN(auto f, target()->new_writable(path, o));
+    return std::unique_ptr<WritableFile>(std::make_unique<File>(std::move(f), &left_));
+  }
+
+ private:
+  class File final : public WritableFile {
+   public:
+    File(std::unique_ptr<WritableFile> f, std::atomic<uint64_t>* left) : f_(std::move(f)), left_(left) {}
+    const std::string& path() const override { return f_->path(); }
+    Status append(std::span<const std::byte> d) override {
+      WL_RETURN_IF_ERROR(take(d.size()));
+      return f_->append(d);
+    }
+    Status write_at(uint64_t off, std::span<const std::byte> d) override {
+      WL_RETURN_IF_ERROR(take(d.size()));
+      return f_->write_at(off, d);
+    }
+    Status truncate(uint64_t n) override { return f_->truncate(n); }
+    Result<uint64_t> size() const override { return f_->size(); }
+    Status sync() override { return f_->sync(); }
+    Status close() override { return f_->close(); }
+
+   private:
+    Status take(uint64_t n) {
+      uint64_t cur = left_->load();
+      while (true) {
+        if (n > cur) return Status::FromErrno(ENOSPC, "write failed").with_file(f_->path());
+        if (left_->compare_exchange_weak(cur, cur - n)) return Status();
+      }
+    }
+    std::unique_ptr<WritableFile> f_;
+    std::atomic<uint64_t>* left_;
+  };
+  std::atomic<uint64_t> left_;
+};
+
+TEST(FaultWrite, SafetensorsAndNpyWritersLeaveNothingOnAFullDisk) {
+  TempDir dir;
+  Tensor t = make_f32({1024}, 1);
+  std::vector<NamedTensor> ts = {{"a", t.view()}};
+  for (uint64_t budget : {0ull, 100ull, 2000ull}) {
+    DiskFullEnv env(budget);
+    Status s = write_safetensors(dir.file("out.safetensors"), ts, {}, &env);
+    ASSERT_FALSE(s.ok()) << budget;
+    EXPECT_EQ(s.code(), Code::kIoError);
+    EXPECT_EQ(s.file(), dir.file("out.safetensors"));
+    EXPECT_NE(s.message().find("No space left on device"), std::string::npos) << s.to_string();
+    DiskFullEnv env2(budget);
+    Status n = write_npy(dir.file("out.npy"), t.view(), &env2);
+    ASSERT_FALSE(n.ok());
+    EXPECT_EQ(n.file(), dir.file("out.npy"));
+    EXPECT_TRUE(testing::list_dir(dir.path()).empty()) << "budget " << budget;
+  }
+  DiskFullEnv roomy(1 << 20);
+  ASSERT_TRUE(write_safetensors(dir.file("out.safetensors"), ts, {}, &roomy).ok());
+}
+
+TEST(FaultWrite, ConversionAndNumpyCacheFailCleanly) {
+  TempDir dir;
+  const std::string bin = std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/state_dict.bin";
+  DiskFullEnv env(64);
+  auto r = convert_pytorch_to_safetensors(bin, dir.file("sub/model.safetensors"), {}, &env);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kIoError) << r.status().to_string();
+  EXPECT_EQ(r.status().file(), dir.file("sub/model.safetensors"));
+  EXPECT_TRUE(testing::list_dir(dir.file("sub")).empty());
+
+  testing::write_st(dir.file("m.safetensors"), {{"x", make_f32({4096}, 1)}, {"y", make_f32({8}, 2)}});
+  DiskFullEnv env2(5000);  // the first tensor's file fits, the second's does not
+  auto c = np_cache_prepare({dir.file("m.safetensors")}, dir.path(), dir.file("np.lock"), &env2);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kIoError) << c.status().to_string();
+  // No names file: the cache is not marked complete, and no temporary is left.
+  for (const auto& name : testing::list_dir(dir.file("np"))) EXPECT_EQ(name.find(".tmp."), std::string::npos) << name;
+  EXPECT_FALSE(Env::Default()->exists(dir.file("np/" + std::string(kNpCacheNames))));
+  auto ok = np_cache_prepare({dir.file("m.safetensors")}, dir.path(), dir.file("np.lock"));
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_TRUE(ok->dumped);
+}
+
+}  // namespace
+}  // namespace wl
