@@ -56,7 +56,10 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
       s = dec->prefetch ? Strategy::kPrefetch : Strategy::kLazy;
     }
   }
-  return engine::run_load(files, s, o, sink);
+  WL_ASSIGN_OR_RETURN(LoadStats stats, engine::run_load(files, s, o, sink));
+  // Files a source was still writing (a Hub download) are final only once it says so.
+  for (const auto& f : files) WL_RETURN_IF_ERROR(o.env->wait_complete(f));
+  return stats;
 }
 
 }  // namespace wl
