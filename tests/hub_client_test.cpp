@@ -1,8 +1,6 @@
 // The Hub client against the loopback Hub-protocol server (tests/hubserver),
 // plus the pure helpers (patterns, names, path checks, error mapping).
 #include <gtest/gtest.h>
-#include <openssl/sha.h>
-#include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
 #include <fcntl.h>
@@ -89,15 +87,6 @@ void put(const std::string& root, const std::string& rel, const std::string& byt
   std::string p = root + "/" + rel;
   for (size_t i = p.find('/', 1); i != std::string::npos; i = p.find('/', i + 1)) ::mkdir(p.substr(0, i).c_str(), 0755);
   write_bytes(p, bytes);
-}
-
-std::string git_blob_sha1(const std::string& data) {  // a regular file's ETag
-  unsigned char md[20];
-  std::string blob = "blob " + std::to_string(data.size()) + std::string(1, '\0') + data;
-  ::SHA1(reinterpret_cast<const unsigned char*>(blob.data()), blob.size(), md);
-  std::string hex;
-  for (unsigned char c : md) hex += fmt::format("{:02x}", c);
-  return hex;
 }
 
 std::string st_file(const std::string& name) {  // a tiny valid safetensors file
@@ -320,7 +309,7 @@ TEST_F(HubServerTest, PatternsMatchingNothingWarn) {
 TEST_F(HubServerTest, WriteFaultsLeaveNoFileUnderAFinalName) {
   testing::FaultInjectionEnv env;
   o_.env = &env;
-  const std::string blob = o_.cache_dir + "/models--org--slow/blobs/" + git_blob_sha1(slow_);
+  const std::string blob = o_.cache_dir + "/models--org--slow/blobs/" + sha256_hex(slow_);  // an LFS file (> 1 MiB)
   // The disk fills up mid-blob: a clear error naming the partial file, and no blob.
   env.add_write({.path_part = ".incomplete", .enospc_after_bytes = 100000});
   auto full = hf_hub_download("org/slow", "slow.txt", "main", o_);

@@ -55,6 +55,7 @@ std::string random_hex8() {
 }
 
 constexpr std::string_view kJournalMagic = "weightlift-ranges 1";
+constexpr uint64_t kJournalEvery = 1 << 20;  // bytes between journal saves within a chunk
 
 // "{etag}.incomplete" (huggingface_hub 0.x) or "{etag}.{anything}.incomplete" (2.x, ours).
 bool is_partial_of(const std::string& name, const std::string& etag) {
@@ -234,6 +235,7 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
     return s;
   };
   int stalls = 0;
+  uint64_t saved = pos;
   while (pos < end) {
     HttpRequest req;
     req.url = m_.location;
@@ -254,8 +256,17 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
       pos += d.size();
       c_.add_progress(d.size());
       std::unique_lock lk(mu_);
-      while (k <= r.last && pos >= chunks_[k].end) chunk_arrived_locked(k++, lk);
-      if (k <= r.last) chunks_[k].have = pos - chunks_[k].begin;
+      while (k <= r.last && pos >= chunks_[k].end) {
+        chunk_arrived_locked(k++, lk);
+        saved = pos;
+      }
+      if (k <= r.last) {
+        chunks_[k].have = pos - chunks_[k].begin;
+        if (pos - saved >= kJournalEvery) {  // a killed process resumes within a MiB of where it was
+          saved = pos;
+          if (Status js = save_journal_locked(); !js.ok() && error_.ok()) error_ = js;
+        }
+      }
       return error_;
     };
     uint64_t delivered = 0;

@@ -61,7 +61,12 @@ struct HubSource::Impl final : public EnvWrapper {
   std::vector<std::thread> threads;
   bool overlaid = false;
 
-  explicit Impl(const HubOptions& opts) : EnvWrapper(local_env()), o(opts), c(o) {}
+  // The source's own reads and writes bypass its overlay (they make the files it serves).
+  static HubOptions own(HubOptions o) {
+    if (!o.env) o.env = local_env();
+    return o;
+  }
+  explicit Impl(const HubOptions& opts) : EnvWrapper(local_env()), o(own(opts)), c(o) {}
 
   ~Impl() override {
     if (overlaid) remove_path_overlay(folder, this);
@@ -192,8 +197,10 @@ Result<std::unique_ptr<HubSource>> HubSource::start(const std::string& repo_id, 
     impl->c.log("could not fetch the JSON configs of " + repo_id + ": " + r.status().to_string());
   std::sort(plan.deferred.begin(), plan.deferred.end(),
             [](const FileMeta& a, const FileMeta& b) { return natural_less(a.path, b.path); });
-  const uint64_t chunk = std::max<uint64_t>(o.chunk_bytes, 1 << 20);
   for (auto& m : plan.deferred) {
+    // Chunks small enough that every connection works on a file, at most chunk_bytes, at least 1 MiB.
+    const uint64_t most = std::max<uint64_t>(o.chunk_bytes, 1 << 20);
+    const uint64_t chunk = std::clamp<uint64_t>(m.size / (4 * std::max<uint64_t>(1, o.connections_per_file)), 1 << 20, most);
     auto p = std::make_shared<Pending>();
     p->meta = m;
     p->path = impl->folder + "/" + m.path;

@@ -42,23 +42,9 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
   groups->clear();
   for (const auto& p : allow_patterns) groups->push_back({p});
   *listed = false;
-  if (hub_offline(o)) return Status::Ok();
-  auto tree = list_repo_tree(model, revision, subfolder, /*recursive=*/false, o);
-  if (!tree.ok()) {
-    if (tree.status().message().starts_with("revision not found")) return tree.status();
-    log_line(o, "cannot list the files of " + model + " (" + tree.status().to_string() +
-                    "); trying each allow pattern in turn");
-    return Status::Ok();
-  }
-  *listed = true;
-  std::vector<std::string> names;
-  for (const auto& e : *tree) names.push_back(e.path);
-  const std::string index = (subfolder.empty() ? "" : subfolder + "/") + std::string(kSafetensorsIndexName);
-  bool has_index = std::find(names.begin(), names.end(), index) != names.end();
-  bool wants_st = std::find(allow_patterns.begin(), allow_patterns.end(), "*.safetensors") != allow_patterns.end();
-  if (wants_st && has_index) {
-    WL_ASSIGN_OR_RETURN(std::string index_path,
-                        hf_hub_download(model, std::string(kSafetensorsIndexName), revision, o, subfolder));
+  const bool wants_st = std::find(allow_patterns.begin(), allow_patterns.end(), "*.safetensors") != allow_patterns.end();
+  // The exact files the index's weight_map names (one group), from the index at `index_path`.
+  auto from_index = [&](const std::string& index_path) -> Status {
     WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path, 256ull << 20, hub_env(o)));
     std::set<std::string> wanted;
     try {
@@ -85,6 +71,30 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
     }
     groups->push_back(std::move(g));
     return Status::Ok();
+  };
+  if (hub_offline(o)) {
+    // No listing offline; a cached index still narrows the selection to its shards (so files the
+    // download skipped, such as a consolidated copy, do not make the snapshot look incomplete).
+    if (wants_st)
+      if (auto idx = hf_hub_download(model, std::string(kSafetensorsIndexName), revision, o, subfolder); idx.ok())
+        return from_index(*idx);
+    return Status::Ok();
+  }
+  auto tree = list_repo_tree(model, revision, subfolder, /*recursive=*/false, o);
+  if (!tree.ok()) {
+    if (tree.status().message().starts_with("revision not found")) return tree.status();
+    log_line(o, "cannot list the files of " + model + " (" + tree.status().to_string() +
+                    "); trying each allow pattern in turn");
+    return Status::Ok();
+  }
+  *listed = true;
+  std::vector<std::string> names;
+  for (const auto& e : *tree) names.push_back(e.path);
+  const std::string index = (subfolder.empty() ? "" : subfolder + "/") + std::string(kSafetensorsIndexName);
+  if (wants_st && std::find(names.begin(), names.end(), index) != names.end()) {
+    WL_ASSIGN_OR_RETURN(std::string index_path,
+                        hf_hub_download(model, std::string(kSafetensorsIndexName), revision, o, subfolder));
+    return from_index(index_path);
   }
   for (const auto& p : allow_patterns)
     if (!filter_repo_files(names, {p}, {}).empty()) {
