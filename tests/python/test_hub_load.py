@@ -30,8 +30,7 @@ INDEX = json.dumps({"weight_map": {**{k: "model-00001-of-00002.safetensors" for 
                                    **{k: "model-00002-of-00002.safetensors" for k in T2}}}).encode()
 FILES = {"config.json": b'{"hidden": 8}', "model-00001-of-00002.safetensors": S1,
          "model-00002-of-00002.safetensors": S2, "model.safetensors.index.json": INDEX,
-         "consolidated.safetensors": S1}  # not named by the index: never fetched
-SPLIT = {"HF_HUB_CACHE": None}
+         "consolidated.safetensors": shard(3, 2)[1]}  # not named by the index: never fetched
 
 
 @pytest.fixture
