@@ -214,3 +214,18 @@ def test_a_partial_file_left_by_huggingface_hub_2_is_resumed(server, tmp_path):
     assert open(os.path.join(r.stdout.strip(), "model-00001-of-00002.safetensors"), "rb").read() == data
     assert server.stats()["bytes"]["model-00001-of-00002.safetensors"] == len(data) - (1 << 20)
     assert sorted(os.listdir(blobs)) == [etag]
+
+
+def test_modelscope_download_is_found_offline_by_modelscopes_own_client(server, tmp_path):
+    msd = pytest.importorskip("modelscope_hub.compat.snapshot_download")
+    cache = tmp_path / "ms"
+    env = {"VLLM_USE_MODELSCOPE": "1", "MODELSCOPE_DOMAIN": server.endpoint}
+    r = run_cli(["download", "org/model", "--revision", "master", "--cache-dir", str(cache), "-q"], env)
+    assert r.returncode == 0, r.stderr
+    ours = r.stdout.strip()
+    theirs = msd.snapshot_download(model_id="org/model", cache_dir=str(cache), local_files_only=True)
+    assert os.path.realpath(theirs) == os.path.realpath(ours)
+    assert open(os.path.join(theirs, "sub", "dir", "notes.txt"), "rb").read() == b"hello\n"
+    # And ours offline finds it again without the network.
+    r = run_cli(["download", "org/model", "--revision", "master", "--cache-dir", str(cache), "--offline"], env)
+    assert r.returncode == 0 and r.stdout.strip() == ours, r.stderr
