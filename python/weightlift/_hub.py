@@ -6,9 +6,13 @@ a repository's weights while they download.
         ...
 
     folder = download_weights_from_hf("org/model", None, ["*.safetensors"], load_while_downloading=True)
-    files = ...  # the safetensors files of `folder`: readable at once, while they arrive
-    for name, tensor in safetensors_weights_iterator(files, ...):
+    for name, tensor in stream_weights(folder, "stream"):  # the files are readable while they arrive
         ...
+
+The files of such a folder are served through the engine's Env (a path
+overlay on the snapshot folder), so every iterator that reads through the
+engine sees them at once; plain os/open calls see each file only once its
+blob is verified and linked.
 
 Everything runs in the C++ engine (include/weightlift/hub.h: HubSource); this
 module is the Python face. A blob whose bytes do not match its ETag fails the

@@ -173,8 +173,7 @@ def test_python_iterator_and_download_opt_in(server, tmp_path):
     code = (
         "import glob, hashlib, json, os, weightlift as wl\n"
         "folder = wl.download_weights_from_hf('org/m', None, ['*.safetensors'], load_while_downloading=True)\n"
-        "files = [os.path.join(folder, f) for f in ('model-00001-of-00002.safetensors', 'model-00002-of-00002.safetensors')]\n"
-        "got = {n: hashlib.sha256(t.numpy().tobytes()).hexdigest() for n, t in wl.safetensors_weights_iterator(files, False)}\n"
+        "got = {n: hashlib.sha256(t.numpy().tobytes()).hexdigest() for n, t in wl.stream_weights(folder, 'stream')}\n"
         "print(json.dumps(got))\n")
     r = _python(code, env)
     assert r.returncode == 0, r.stderr
@@ -185,3 +184,29 @@ def test_python_iterator_and_download_opt_in(server, tmp_path):
     r = _python("import weightlift as wl\nfor _ in wl.hub_weights_iterator('org/m'): pass\n", env)
     assert r.returncode != 0
     assert "CorruptDataError" in r.stderr and "model-00001-of-00002.safetensors in org/m" in r.stderr, r.stderr
+
+
+def test_enable_xet_high_performance_and_maybe_download_from_modelscope(server, tmp_path):
+    pytest.importorskip("weightlift")
+    from hub_fixtures import HF_RELEASES, hf_release_available
+    code = ("import huggingface_hub.constants as c, weightlift as wl\n"
+            "c.HF_XET_HIGH_PERFORMANCE = False\n"
+            "wl.enable_xet_high_performance()\n"
+            "print(c.HF_XET_HIGH_PERFORMANCE)\n")
+    for release in [r for r in HF_RELEASES if hf_release_available(r)]:
+        env = dict(HF_RELEASES[release])
+        env.pop("HF_XET_HIGH_PERFORMANCE", None)
+        r = _python(code, env)
+        assert r.returncode == 0 and r.stdout.strip() == "True", (release, r.stderr)
+        r = _python(code, dict(env, HF_XET_HIGH_PERFORMANCE="0"))  # the user's setting wins
+        assert r.returncode == 0 and r.stdout.strip() == "False", (release, r.stderr)
+    code = ("import weightlift as wl\n"
+            f"print(wl.maybe_download_from_modelscope('org/m', download_dir={str(tmp_path / 'ms')!r},"
+            " allow_patterns=['*.json']))\n")
+    r = _python(code, {"VLLM_USE_MODELSCOPE": "", "MODELSCOPE_DOMAIN": server.endpoint})
+    assert r.returncode == 0 and r.stdout.strip() == "None", r.stderr
+    r = _python(code, {"VLLM_USE_MODELSCOPE": "1", "MODELSCOPE_DOMAIN": server.endpoint})
+    assert r.returncode == 0, r.stderr
+    folder = r.stdout.strip()
+    assert folder == str(tmp_path / "ms" / "models" / "org--m" / "snapshots" / "master")
+    assert sorted(os.listdir(folder)) == ["config.json", "model.safetensors.index.json"]
