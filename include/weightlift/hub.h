@@ -169,8 +169,10 @@ Result<std::string> resolve_model_path(const std::string& path_or_repo, const st
 // start() resolves the repository as resolve_model_path() does (the weight
 // files download_weights_from_hf picks, the safetensors index, the JSON
 // configs), downloads the small files, takes the lock of every weight blob
-// still missing from the cache and starts `connections_per_file` background
-// requests over them in load order (chunks of `chunk_bytes`). While the
+// still missing from the cache and starts background requests over them in
+// load order -- as many as a plain download keeps open (connections_per_file
+// x min(max_workers, files)), in chunks of size / (4 x connections_per_file)
+// between 1 MiB and chunk_bytes. While the
 // object lives, Env::Default() serves the snapshot folder through it (a path
 // overlay, io.h): a weight file's snapshot path opens as a RandomAccessFile
 // whose read_at() copies the bytes that arrived, waits for a range another

@@ -219,7 +219,10 @@ Result<std::unique_ptr<HubSource>> HubSource::start(const std::string& repo_id, 
   if (!impl->pending.empty()) {
     add_path_overlay(impl->folder, impl.get());
     impl->overlaid = true;
-    const int n = std::max(1, o.connections_per_file);
+    // As many requests as a plain snapshot download keeps open (connections per file x files at once),
+    // all working through the files in load order.
+    const int files = static_cast<int>(std::min<size_t>(std::max(1, o.max_workers), impl->pending.size()));
+    const int n = std::max(1, o.connections_per_file) * files;
     for (int i = 0; i < n; ++i) impl->threads.emplace_back([p = impl.get()] { p->run_fetcher(); });
     impl->threads.emplace_back([p = impl.get()] { p->run_finisher(); });
   }
