@@ -183,22 +183,22 @@ Result<std::unique_ptr<HubSource>> HubSource::start(const std::string& repo_id, 
   bool listed = false;
   WL_RETURN_IF_ERROR(download_weight_groups(repo_id, {"*.safetensors", "*.bin", "*.pt"}, rev, o, "", &groups, &listed));
   if (!listed || groups.size() != 1) return plain();
+  // One snapshot call: the weights (left to the background requests) and, downloaded now, the
+  // index and the JSON configs that ride along (as resolve_model_path fetches them).
   SnapshotOptions s;
   s.revision = rev;
   s.allow_patterns = groups.front();
-  WL_ASSIGN_OR_RETURN(SnapshotPlan plan,
-                      snapshot_download_except(repo_id, s, o, [](const std::string&) { return true; }));
+  s.allow_patterns.push_back("*.json");
+  const std::vector<std::string> weights_group = groups.front();
+  WL_ASSIGN_OR_RETURN(SnapshotPlan plan, snapshot_download_except(repo_id, s, o, [&](const std::string& path) {
+                        return !filter_repo_files({path}, weights_group, {}).empty();
+                      }));
   impl->folder = plan.folder;
-  // The index and the configs ride along, downloaded now (small); a failure does not hide the weights.
-  SnapshotOptions cfg;
-  cfg.revision = rev;
-  cfg.allow_patterns = {"*.json"};
-  if (auto r = snapshot_download(repo_id, cfg, o); !r.ok())
-    impl->c.log("could not fetch the JSON configs of " + repo_id + ": " + r.status().to_string());
   std::sort(plan.deferred.begin(), plan.deferred.end(),
             [](const FileMeta& a, const FileMeta& b) { return natural_less(a.path, b.path); });
   for (auto& m : plan.deferred) {
-    // Chunks small enough that every connection works on a file, at most chunk_bytes, at least 1 MiB.
+    // Chunks small enough that every connection works on a file and the loader is fed early:
+    // a quarter of a file's share per connection, at most chunk_bytes, at least 1 MiB.
     const uint64_t most = std::max<uint64_t>(o.chunk_bytes, 1 << 20);
     const uint64_t chunk = std::clamp<uint64_t>(m.size / (4 * std::max<uint64_t>(1, o.connections_per_file)), 1 << 20, most);
     auto p = std::make_shared<Pending>();
