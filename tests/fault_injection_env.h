@@ -44,8 +44,18 @@ struct FileFault {
   bool no_views = true;
 };
 
+// Faults of the write side, armed for paths containing `path_part` ("" = all).
+struct WriteFault {
+  std::string path_part;
+  int create_errno = 0;                       // new_writable() fails with this errno
+  std::optional<uint64_t> enospc_after_bytes; // writes fail with ENOSPC once this many bytes were written (all files)
+  int rename_errno = 0;                       // rename() onto a matching path fails with this errno
+  int symlink_errno = 0;                      // symlink() at a matching path fails with this errno
+};
+
 struct FaultCounters {
   std::atomic<uint64_t> opens{0}, reads{0}, bytes_read{0}, views{0}, exists{0}, lists{0}, sizes{0}, is_dirs{0};
+  std::atomic<uint64_t> creates{0}, writes{0}, bytes_written{0}, renames{0}, removes{0}, symlinks{0}, mkdirs{0};
 };
 
 class FaultInjectionEnv : public EnvWrapper {
@@ -53,7 +63,11 @@ class FaultInjectionEnv : public EnvWrapper {
   explicit FaultInjectionEnv(Env* target = Env::Default()) : EnvWrapper(target) {}
 
   void add(FileFault f) { faults_.push_back(std::move(f)); }
-  void clear() { faults_.clear(); }
+  void add_write(WriteFault f) { write_faults_.push_back(std::move(f)); }
+  void clear() {
+    faults_.clear();
+    write_faults_.clear();
+  }
   FaultCounters& counters() { return counters_; }
   // list_dir() fails with this errno when non-zero.
   int list_errno = 0;
@@ -84,7 +98,74 @@ class FaultInjectionEnv : public EnvWrapper {
     return target()->list_dir(path);
   }
 
+  // ---- write side ----
+  Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& o) override {
+    counters_.creates++;
+    const WriteFault* f = match_write(path);
+    if (f && f->create_errno) return Status::FromErrno(f->create_errno, "cannot create").with_file(path);
+    WL_ASSIGN_OR_RETURN(auto inner, target()->new_writable(path, o));
+    return std::unique_ptr<WritableFile>(std::make_unique<Writable>(std::move(inner), f, this));
+  }
+  Status create_dirs(const std::string& path, unsigned mode) override {
+    counters_.mkdirs++;
+    return target()->create_dirs(path, mode);
+  }
+  Status rename(const std::string& from, const std::string& to) override {
+    counters_.renames++;
+    const WriteFault* f = match_write(to);
+    if (f && f->rename_errno) return Status::FromErrno(f->rename_errno, "cannot rename " + from + " to").with_file(to);
+    return target()->rename(from, to);
+  }
+  Status remove(const std::string& path) override {
+    counters_.removes++;
+    return target()->remove(path);
+  }
+  Status symlink(const std::string& t, const std::string& link) override {
+    counters_.symlinks++;
+    const WriteFault* f = match_write(link);
+    if (f && f->symlink_errno) return Status::FromErrno(f->symlink_errno, "cannot create symlink").with_file(link);
+    return target()->symlink(t, link);
+  }
+
  private:
+  class Writable final : public WritableFile {
+   public:
+    Writable(std::unique_ptr<WritableFile> inner, const WriteFault* f, FaultInjectionEnv* env)
+        : inner_(std::move(inner)), fault_(f ? std::optional<WriteFault>(*f) : std::nullopt), env_(env) {}
+    const std::string& path() const override { return inner_->path(); }
+    Status append(std::span<const std::byte> data) override {
+      WL_RETURN_IF_ERROR(check(data.size()));
+      return inner_->append(data);
+    }
+    Status write_at(uint64_t offset, std::span<const std::byte> data) override {
+      WL_RETURN_IF_ERROR(check(data.size()));
+      return inner_->write_at(offset, data);
+    }
+    Status truncate(uint64_t size) override { return inner_->truncate(size); }
+    Result<uint64_t> size() const override { return inner_->size(); }
+    Status sync() override { return inner_->sync(); }
+    Status close() override { return inner_->close(); }
+
+   private:
+    Status check(size_t n) {
+      env_->counters_.writes++;
+      const uint64_t before = env_->counters_.bytes_written.fetch_add(n);
+      if (fault_ && fault_->enospc_after_bytes && before + n > *fault_->enospc_after_bytes)
+        return Status::FromErrno(ENOSPC, fmt::format("write of {} bytes failed", n)).with_file(path());
+      return Status();
+    }
+    std::unique_ptr<WritableFile> inner_;
+    std::optional<WriteFault> fault_;
+    FaultInjectionEnv* env_;
+  };
+
+  const WriteFault* match_write(const std::string& path) const {
+    for (auto& f : write_faults_)
+      if (path.find(f.path_part) != std::string::npos) return &f;
+    return nullptr;
+  }
+  std::vector<WriteFault> write_faults_;
+
   class File final : public RandomAccessFile {
    public:
     File(std::shared_ptr<RandomAccessFile> inner, FileFault fault, bool armed, FaultCounters* c)

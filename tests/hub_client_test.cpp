@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 #include <thread>
 
+#include "fault_injection_env.h"
 #include "test_util.h"
 #include "weightlift/hash.h"
 #include "weightlift/http.h"
@@ -263,8 +264,95 @@ TEST_F(HubServerTest, ModelScopeProtocol) {
   auto folder = download_weights_from_hf("org/binonly", {"*.safetensors", "*.bin"}, "master", {}, o_);
   ::unsetenv("VLLM_USE_MODELSCOPE");
   ASSERT_TRUE(folder.ok()) << folder.status().to_string();
-  EXPECT_EQ(*folder, o_.cache_dir + "/models/org/binonly");
+  // modelscope's own layout (modelscope-hub), which its client finds with local_files_only=True.
+  EXPECT_EQ(*folder, o_.cache_dir + "/models/org--binonly/snapshots/master");
   EXPECT_EQ(read_bytes(*folder + "/pytorch_model.bin"), "binbytes");
+}
+
+TEST_F(HubServerTest, SnapshotFollowsEveryTreePageAndKeepsTheListing) {
+  // Page size 2: a skipped page loses files from the snapshot and from trees/{commit}.json.
+  auto folder = snapshot_download("org/sharded", {}, o_);
+  ASSERT_TRUE(folder.ok()) << folder.status().to_string();
+  std::vector<std::string> want = {"config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors",
+                                   "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+                                   "original/extra.safetensors"};
+  for (const auto& f : want) EXPECT_TRUE(Env::Default()->exists(*folder + "/" + f)) << f;
+  const std::string storage = o_.cache_dir + "/models--org--sharded";
+  auto tree = nlohmann::json::parse(read_bytes(storage + "/trees/" + base_name(*folder) + ".json"));
+  EXPECT_EQ(tree["format_version"], 1);
+  EXPECT_EQ(tree["files"].size(), want.size());
+  EXPECT_EQ(tree["files"]["consolidated.safetensors"]["lfs_sha256"], sha256_hex(st_file("c")));
+  EXPECT_TRUE(Env::Default()->exists(o_.cache_dir + "/CACHEDIR.TAG"));
+}
+
+TEST_F(HubServerTest, RevisionNotFoundNamesRepositoryAndRevision) {
+  SnapshotOptions s;
+  s.revision = "no-such-branch";
+  auto r = snapshot_download("org/sharded", s, o_);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Code::kNotFound);
+  const std::string m = r.status().message();
+  EXPECT_TRUE(m.starts_with("revision not found: 'no-such-branch' is not a branch, tag or commit of org/sharded")) << m;
+}
+
+TEST_F(HubServerTest, PatternsMatchingNothingWarn) {
+  std::vector<std::string> logged;
+  o_.log = [&](const std::string& line) { logged.push_back(line); };
+  SnapshotOptions s;
+  s.allow_patterns = {"*.gguf"};
+  auto r = snapshot_download("org/sharded", s, o_);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_EQ(logged.size(), 1u);
+  EXPECT_NE(logged[0].find("No files matched allow_patterns=['*.gguf']"), std::string::npos) << logged[0];
+}
+
+TEST_F(HubServerTest, WriteFaultsLeaveNoFileUnderAFinalName) {
+  testing::FaultInjectionEnv env;
+  o_.env = &env;
+  const std::string blob = o_.cache_dir + "/models--org--slow/blobs/" + sha256_hex(slow_);  // an LFS file (> 1 MiB)
+  // The disk fills up mid-blob: a clear error naming the partial file, and no blob.
+  env.add_write({.path_part = ".incomplete", .enospc_after_bytes = 100000});
+  auto full = hf_hub_download("org/slow", "slow.txt", "main", o_);
+  ASSERT_FALSE(full.ok());
+  EXPECT_EQ(full.status().code(), Code::kIoError);
+  EXPECT_NE(full.status().to_string().find("No space left on device"), std::string::npos) << full.status().to_string();
+  EXPECT_NE(full.status().message().find("slow.txt of org/slow (revision main)"), std::string::npos)
+      << full.status().message();
+  EXPECT_FALSE(Env::Default()->exists(blob));
+  // The final rename fails: still nothing under the final name.
+  env.clear();
+  env.add_write({.path_part = "/blobs/" + base_name(blob), .rename_errno = EXDEV});
+  auto moved = hf_hub_download("org/slow", "slow.txt", "main", o_);
+  ASSERT_FALSE(moved.ok());
+  EXPECT_NE(moved.status().to_string().find("cannot rename"), std::string::npos) << moved.status().to_string();
+  EXPECT_FALSE(Env::Default()->exists(blob));
+  // Healed: the download completes, resuming the partial file it left.
+  env.clear();
+  auto ok = hf_hub_download("org/slow", "slow.txt", "main", o_);
+  ASSERT_TRUE(ok.ok()) << ok.status().to_string();
+  EXPECT_EQ(read_bytes(*ok), slow_);
+  EXPECT_GT(env.counters().renames.load(), 0u);
+}
+
+TEST_F(HubServerTest, LoadWhileDownloadingFillsTheCacheAndTheTensors) {
+  std::vector<std::string> names;
+  auto r = load_from_hub("org/sharded", "main", o_, LoadOptions{.strategy = Strategy::kStream},
+                         [&](LoadedTensor&& t) {
+                           names.push_back(t.name);
+                           return Status::Ok();
+                         });
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(r->tensors, 2u);  // the index's two shards, not consolidated.safetensors
+  const std::string storage = o_.cache_dir + "/models--org--sharded";
+  const std::string snap = storage + "/snapshots/" + read_bytes(storage + "/refs/main");
+  EXPECT_EQ(read_bytes(snap + "/model-00001-of-00002.safetensors"), st_file("a"));
+  EXPECT_EQ(read_bytes(snap + "/model-00002-of-00002.safetensors"), st_file("b"));
+  for (const auto& n : testing::list_dir(storage + "/blobs")) EXPECT_EQ(n.find('.'), std::string::npos) << n;
+  // A second load finds everything cached: nothing is pending.
+  auto again = HubSource::start("org/sharded", "main", o_);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_TRUE((*again)->pending().empty());
+  EXPECT_EQ((*again)->weight_files().size(), 2u);
 }
 
 TEST_F(HubServerTest, BadRepoIdsAndRevisionsAreRefused) {

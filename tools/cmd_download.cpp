@@ -41,7 +41,9 @@ int run_download(const DownloadArgs& a) {
   if (!chunk.ok()) return usage_error(chunk.status().message());
   o.parallel_min_bytes = *split;
   o.chunk_bytes = *chunk;
-  if (!a.quiet) o.log = [](const std::string& line) { std::fprintf(stderr, "weightlift: %s\n", line.c_str()); };
+  o.log = [quiet = a.quiet](const std::string& line) {  // -q keeps the warnings
+    if (!quiet || line.starts_with("warning: ")) std::fprintf(stderr, "weightlift: %s\n", line.c_str());
+  };
   SnapshotOptions s;
   s.revision = a.revision;
   s.allow_patterns = a.include;

@@ -110,9 +110,14 @@ int run_load(const LoadArgs& a) {
   }
   opt.direct = a.direct == "on" ? DirectIo::kOn : a.direct == "off" ? DirectIo::kOff : DirectIo::kAuto;
 
-  auto resolved = weight_files_of(a.paths, a.revision, a.offline);
+  // A repository id on a cold cache loads while it downloads (the sources serve its files meanwhile).
+  std::vector<std::unique_ptr<HubSource>> sources;
+  auto resolved = weight_files_of(a.paths, a.revision, a.offline, a.dummy ? nullptr : &sources);
   if (!resolved.ok()) return fail(resolved.status());
   const std::vector<std::string>& files = *resolved;
+  bool downloading = false;
+  for (auto& s : sources) downloading |= !s->pending().empty();
+  if (downloading && opt.strategy == Strategy::kAuto) opt.strategy = Strategy::kStream;  // parallel readers
   const bool leader = a.tp_rank == 0 && a.rank == 0;
   const bool show = leader && !a.no_progress;
   if (leader && a.verbose) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

@@ -2,12 +2,15 @@
 // adding a command touches no other file.
 #pragma once
 
+#include <memory>
+
 #include <functional>
 #include <string>
 #include <vector>
 
 #include <CLI/CLI.hpp>
 
+#include "weightlift/hub.h"
 #include "weightlift/status.h"
 
 namespace wl::cli {
@@ -30,9 +33,12 @@ struct Register {
 };
 
 // The weight files of each PATH (a file, a model folder, or a Hub repository
-// id, downloaded or found offline), in order.
+// id, downloaded or found offline), in order. With `sources`, a repository id
+// is not downloaded first: its weights are served while they download
+// (hub.h's HubSource, kept alive in *sources for the caller's load).
 Result<std::vector<std::string>> weight_files_of(const std::vector<std::string>& paths, const std::string& revision,
-                                                 bool offline);
+                                                 bool offline,
+                                                 std::vector<std::unique_ptr<HubSource>>* sources = nullptr);
 
 // Prints "weightlift: error: <file>: <what is wrong>" to stderr; returns 1.
 int fail(const Status& s);

@@ -19,11 +19,17 @@ int fail(const Status& s) {
 }
 
 Result<std::vector<std::string>> weight_files_of(const std::vector<std::string>& paths, const std::string& revision,
-                                                 bool offline) {
+                                                 bool offline, std::vector<std::unique_ptr<HubSource>>* sources) {
   std::vector<std::string> files;
   for (const auto& path : paths) {
     HubOptions hub;
     if (offline) hub.offline = true;
+    if (sources && !Env::Default()->exists(path)) {
+      WL_ASSIGN_OR_RETURN(auto source, HubSource::start(path, revision, hub));
+      files.insert(files.end(), source->weight_files().begin(), source->weight_files().end());
+      sources->push_back(std::move(source));
+      continue;
+    }
     WL_ASSIGN_OR_RETURN(std::string local, resolve_model_path(path, revision, hub));
     WL_ASSIGN_OR_RETURN(WeightFiles wf, find_weight_files(local));
     files.insert(files.end(), wf.files.begin(), wf.files.end());

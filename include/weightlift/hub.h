@@ -1,17 +1,24 @@
 // weightlift/hub.h: downloading from the Hugging Face Hub into the very cache
 // huggingface_hub uses (so transformers, vLLM and huggingface_hub find our
-// files offline, and we find theirs), plus vLLM's weight-selection logic.
+// files offline, and we find theirs), vLLM's weight-selection logic, and
+// loading a repository's weights while they download.
 //
-// Cache layout (byte for byte huggingface_hub 0.27's):
-//   {cache}/models--{org}--{name}/blobs/{etag}            file contents
+// Cache layout (huggingface_hub 2.x's, which 0.x also reads):
+//   {cache}/CACHEDIR.TAG                                   backup tools skip the cache
+//   {cache}/models--{org}--{name}/blobs/{etag}             file contents
 //   {cache}/models--{org}--{name}/snapshots/{commit}/{path} -> ../../blobs/{etag}  (relative symlink)
 //   {cache}/models--{org}--{name}/refs/{revision}          commit sha of a branch/tag
+//   {cache}/models--{org}--{name}/trees/{commit}.json      the commit's file listing (size, blob id, LFS sha256)
 //   {cache}/models--{org}--{name}/.no_exist/{commit}/{path} empty: the file is known missing
 //   {cache}/.locks/models--{org}--{name}/{etag}.lock       flock, shared with huggingface_hub
-// A blob is written as "{etag}.incomplete" (resumed with a Range request) or,
-// for large files fetched by parallel ranged requests, "{etag}.wlparts" with a
-// journal of finished chunks; it takes its final name only after its bytes
-// match the ETag (SHA-256 for LFS files, git blob SHA-1 otherwise).
+// A blob is written as "{etag}.{8 hex}.incomplete" (2.x's process-unique
+// partial name) with "{partial}.ranges" journalling the byte ranges that
+// arrived, so a dropped connection or a killed process resumes where it was;
+// a partial file huggingface_hub left ("{etag}.incomplete" from 0.x, or a
+// 2.x one without a journal) is resumed as the prefix it holds. A blob takes
+// its final name only after its bytes match the ETag (SHA-256 for LFS files,
+// git blob SHA-1 otherwise). Offline, a snapshot whose tree listing names
+// selected files that are missing is refused as incomplete (as 2.x refuses it).
 //
 // Environment (read when a field below is left empty): HF_ENDPOINT, HF_HOME,
 // HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_TOKEN, HUGGING_FACE_HUB_TOKEN,
@@ -31,6 +38,8 @@
 #include <vector>
 
 #include "weightlift/http.h"
+#include "weightlift/io.h"
+#include "weightlift/loader.h"
 #include "weightlift/lock.h"
 #include "weightlift/status.h"
 
@@ -49,6 +58,7 @@ struct HubOptions {
   bool progress = false;             // a byte progress bar on stderr
   HttpOptions http;
   std::function<void(const std::string&)> log;  // info/warning lines (never contain the token)
+  Env* env = nullptr;                // every cache read and write goes through it; nullptr = Env::Default()
 };
 
 // The effective settings after the environment is consulted.
@@ -93,9 +103,15 @@ struct SnapshotOptions {
   std::vector<std::string> ignore_patterns;
 };
 // huggingface_hub.snapshot_download into the cache; returns the snapshot
-// folder {cache}/models--org--name/snapshots/{commit}. Offline (or when the
-// Hub cannot be reached, or the repo is not found) the revision is resolved
-// from refs/ and an existing snapshot folder is returned, else an error.
+// folder {cache}/models--org--name/snapshots/{commit}. The file list is the
+// commit's recursive tree listing (every Link page), kept as
+// trees/{commit}.json; patterns that match nothing log huggingface_hub's
+// warning ("No files matched ..."). Offline (or when the Hub cannot be
+// reached, or the repo is not found) the revision is resolved from refs/ and
+// the existing snapshot folder is returned -- unless its tree listing shows
+// selected files missing (kNotFound "... is incomplete: N file(s) are
+// missing ...") -- else an error. A revision the Hub does not know is
+// kNotFound naming the repository and the revision.
 Result<std::string> snapshot_download(const std::string& repo_id, const SnapshotOptions& s, const HubOptions& o);
 
 // huggingface_hub.hf_hub_download into the cache; returns the snapshot path
@@ -145,12 +161,74 @@ Status download_safetensors_index_file_from_hf(const std::string& model, const s
 Result<std::string> resolve_model_path(const std::string& path_or_repo, const std::string& revision = "main",
                                        const HubOptions& o = {});
 
+// ---- Loading while downloading ------------------------------------------------
+// A repository's weights served while they download, in one pass: parallel
+// ranged GETs write each blob into the cache and, in the same pass, fill the
+// load's buffers.
+//
+// start() resolves the repository as resolve_model_path() does (the weight
+// files download_weights_from_hf picks, the safetensors index, the JSON
+// configs), downloads the small files, takes the lock of every weight blob
+// still missing from the cache and starts background requests over them in
+// load order -- as many as a plain download keeps open (connections_per_file
+// x min(max_workers, files)), in chunks of size / (4 x connections_per_file)
+// between 1 MiB and chunk_bytes. While the
+// object lives, Env::Default() serves the snapshot folder through it (a path
+// overlay, io.h): a weight file's snapshot path opens as a RandomAccessFile
+// whose read_at() copies the bytes that arrived, waits for a range another
+// request is fetching, and fetches a missing range itself -- into the
+// caller's buffer and into the blob's partial file at once. Each blob is
+// hash-verified as its chunks arrive, renamed into place and linked exactly
+// as a plain download leaves it; Env::wait_complete() on its path (which
+// load_files calls before it returns) blocks until then and returns a
+// mismatch as kCorruptData naming the repository, the file and the revision.
+// A dropped connection resumes without re-reading what arrived; a killed
+// process leaves journalled partial files that the next download resumes.
+// Offline, or with every weight already cached, nothing is pending and the
+// folder is served as is. Thread-safe. The destructor stops the background
+// requests (partial files stay, for a resume) and removes the overlay.
+class HubSource {
+ public:
+  static Result<std::unique_ptr<HubSource>> start(const std::string& repo_id, const std::string& revision = "main",
+                                                  const HubOptions& o = {});
+  ~HubSource();
+  HubSource(const HubSource&) = delete;
+  HubSource& operator=(const HubSource&) = delete;
+
+  const std::string& folder() const;  // snapshots/{commit}
+  // The weight files (snapshot paths, natural order) as find_weight_files() gives them.
+  const std::vector<std::string>& weight_files() const;
+  // Snapshot paths of the files that were still to download at start().
+  std::vector<std::string> pending() const;
+  // Blocks until every pending blob is verified and linked; the first failure.
+  Status finish();
+  // The overlay Env (Env::Default() already routes the folder to it).
+  Env* env();
+
+  struct Impl;
+
+ private:
+  explicit HubSource(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// One pass from an empty (or partial, or full) cache to loaded tensors:
+// HubSource::start + load_files(weight_files) + finish(). The result is the
+// first error (the load's, else a blob's), even when tensors were already
+// handed to `sink`. load.env is ignored (the overlay serves the files).
+Result<LoadStats> load_from_hub(const std::string& repo_id, const std::string& revision, const HubOptions& hub,
+                                const LoadOptions& load, const std::function<Status(LoadedTensor&&)>& sink);
+
 // ---- ModelScope ----------------------------------------------------------------
 // modelscope's snapshot_download subset: GET
 // {MODELSCOPE_DOMAIN}/api/v1/models/{owner}/{name}/repo/files?Revision=R&Recursive=True
 // then each file from .../repo?Revision=R&FilePath=P, verified against its
-// Sha256, into {cache}/models/{owner}/{name}/{path} ({cache} = o.cache_dir,
-// else $MODELSCOPE_CACHE, else ~/.cache/modelscope/hub). Returns the folder.
+// Sha256, into the layout modelscope (>= 1.38, modelscope-hub) reads offline:
+// {cache}/models/{owner}--{name}/snapshots/{revision}/{path} ({cache} =
+// o.cache_dir, else $MODELSCOPE_CACHE, else ~/.cache/modelscope). A folder
+// of modelscope's older layout ({cache}[/hub]/models/{owner}/{name with '.'
+// as '___'}) that already holds files is reused, as modelscope reuses it.
+// Offline: that folder when it has entries, else kNotFound. Returns the folder.
 Result<std::string> modelscope_snapshot_download(const std::string& model_id, const SnapshotOptions& s,
                                                  const HubOptions& o);
 bool use_modelscope();  // VLLM_USE_MODELSCOPE is true

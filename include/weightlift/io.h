@@ -155,6 +155,15 @@ class Env {
   virtual Status symlink(const std::string& target, const std::string& link);
   // fsync of a directory (after a rename into it). Failures are ignored by callers that only hint.
   virtual Status sync_dir(const std::string& path);
+
+  // Blocks until the file at `path` is final when a source is still writing
+  // it (a Hub download being loaded, see hub.h's HubSource) and returns that
+  // source's verdict (a hash mismatch, a failed download). OK at once for a
+  // file that is simply there. load_files() calls it for every file it loaded.
+  virtual Status wait_complete(const std::string& path) {
+    (void)path;
+    return Status();
+  }
 };
 
 // Forwards everything to a target Env: subclass to intercept some calls.
@@ -176,6 +185,7 @@ class EnvWrapper : public Env {
   Status remove(const std::string& path) override { return target_->remove(path); }
   Status symlink(const std::string& target, const std::string& link) override { return target_->symlink(target, link); }
   Status sync_dir(const std::string& path) override { return target_->sync_dir(path); }
+  Status wait_complete(const std::string& path) override { return target_->wait_complete(path); }
   Env* target() const { return target_; }
 
  private:
@@ -191,6 +201,17 @@ inline bool is_url(std::string_view path) { return !url_scheme(path).empty(); }
 // registration for the same scheme replaces the earlier one. The library
 // registers its own sources on first use of Env::Default().
 void register_url_scheme(std::string scheme, Env* env);
+
+// ---- path overlays ----
+// Makes Env::Default() send every local path at or below the folder `prefix`
+// (no trailing '/') to `env` (not owned) until remove_path_overlay(prefix):
+// for sources that serve files while they are being made (the Hub's
+// load-while-downloading). `env` forwards what it does not serve to
+// local_env(). Thread-safe; the newest overlay of a prefix wins.
+void add_path_overlay(std::string prefix, Env* env);
+void remove_path_overlay(const std::string& prefix, Env* env);
+// The POSIX files behind Env::Default(), without URL schemes or overlays.
+Env* local_env();
 
 // Writes a file atomically through an Env: bytes go to a temporary file in the
 // same directory ("<name>.tmp.XXXXXX"); commit() syncs it, renames it over the

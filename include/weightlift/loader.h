@@ -123,7 +123,10 @@ struct LoadStats {
 };
 
 // Loads the tensors of the given weight files (any CheckpointReader format;
-// paths or URLs, through options.env).
+// paths or URLs, through options.env). Before it returns OK it calls
+// options.env->wait_complete(file) for every file, so a source still writing
+// a file (the Hub's load-while-downloading) can fail the load after the fact
+// (a blob whose hash does not match), even when its tensors were handed over.
 Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOptions& options,
                              const std::function<Status(LoadedTensor&&)>& sink);
 

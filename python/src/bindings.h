@@ -72,5 +72,7 @@ inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const
   return Bytes(data, 1, shape, cap);
 }
 
+// ---- each component's bindings ----------------------------------------------
+void bind_hub(nb::module_& m);  // bind_hub.cpp: the Hugging Face Hub, ModelScope, load while downloading
 
 }  // namespace wlpy

@@ -36,7 +36,6 @@
 #include "weightlift/convert.h"
 #include "weightlift/npy.h"
 #include "weightlift/dtype.h"
-#include "weightlift/hub.h"
 #include "weightlift/io.h"
 #include "weightlift/loader.h"
 #include "weightlift/safetensors.h"
@@ -395,56 +394,6 @@ NB_MODULE(_core, m) {
   });
   m.def("peak_rss_bytes", [] { return wl::peak_rss_bytes(); });
 
-  // ---- Hugging Face Hub (huggingface_hub's cache layout) -------------------------
-  // Log lines come from download threads; they are collected and returned to
-  // Python, which logs them (no Python call happens off the GIL).
-  struct LogSink {
-    std::mutex mu;
-    std::vector<std::string> lines;
-  };
-  auto hub_options = [](const std::string& cache_dir, std::optional<bool> offline, const std::shared_ptr<LogSink>& sink) {
-    wl::HubOptions o;
-    o.cache_dir = cache_dir;
-    o.offline = offline;
-    o.log = [sink](const std::string& line) {
-      std::lock_guard lk(sink->mu);
-      sink->lines.push_back(line);
-    };
-    return o;
-  };
-  m.def(
-      "download_weights_from_hf",
-      [hub_options](const std::string& model, const std::vector<std::string>& allow, const std::string& revision,
-                    const std::vector<std::string>& ignore, const std::string& cache_dir, std::optional<bool> offline,
-                    const std::string& subfolder) {
-        auto sink = std::make_shared<LogSink>();
-        wl::Result<std::string> r = wl::Status::Internal("not run");
-        {
-          nb::gil_scoped_release nogil;
-          r = wl::download_weights_from_hf(model, allow, revision, ignore, hub_options(cache_dir, offline, sink), subfolder);
-        }
-        if (!r.ok()) raise(std::move(r).status());
-        return std::make_pair(*r, sink->lines);
-      },
-      "model"_a, "allow_patterns"_a, "revision"_a, "ignore_patterns"_a, "cache_dir"_a, "offline"_a.none(),
-      "subfolder"_a);
-  m.def(
-      "download_safetensors_index_file_from_hf",
-      [hub_options](const std::string& model, const std::string& index_file, const std::string& revision,
-                    const std::string& cache_dir, std::optional<bool> offline, const std::string& subfolder) {
-        auto sink = std::make_shared<LogSink>();
-        wl::Status st;
-        {
-          nb::gil_scoped_release nogil;
-          st = wl::download_safetensors_index_file_from_hf(model, index_file, revision,
-                                                           hub_options(cache_dir, offline, sink), subfolder);
-        }
-        check(std::move(st));
-        return sink->lines;
-      },
-      "model"_a, "index_file"_a, "revision"_a, "cache_dir"_a, "offline"_a.none(), "subfolder"_a);
-  m.def("model_lock_path", &wl::model_lock_path, "model"_a, "cache_dir"_a);
-
   // ---- conversion and the NumPy cache ------------------------------------------------
   m.def(
       "convert_pytorch_to_safetensors",
@@ -505,5 +454,6 @@ NB_MODULE(_core, m) {
       "path"_a, "tensors"_a, "metadata"_a = std::map<std::string, std::string>{});
 
   // Each component's bindings (python/src/bind_<component>.cpp), declared in bindings.h.
+  bind_hub(m);
 
 }

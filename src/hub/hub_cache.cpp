@@ -236,21 +236,4 @@ Result<ModelLock> ModelLock::acquire(const std::string& model_name_or_path, cons
 
 ModelLock::~ModelLock() = default;
 
-Status make_dirs(const std::string& path) {
-  if (path.empty()) return Status::Ok();
-  std::string cur;
-  size_t start = 0;
-  if (path.front() == '/') cur = "", start = 1;
-  for (;;) {
-    size_t slash = path.find('/', start);
-    cur = path.substr(0, slash);
-    if (!cur.empty() && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
-      return Status::FromErrno(errno, "cannot create directory").with_file(cur);
-    if (slash == std::string::npos) break;
-    start = slash + 1;
-  }
-  return Status::Ok();
-}
-
-
 }  // namespace wl

@@ -1,66 +1,40 @@
-// The Hub protocol (repo info, tree, resolve HEAD/GET) and the cache writer.
-#include <fcntl.h>
-#include <openssl/evp.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
+// The Hub protocol (repo info, tree, resolve HEAD) and the cache writer:
+// refs, the tree listing (trees/{commit}.json), snapshot pointers, CACHEDIR.TAG,
+// all written through the Env. Blobs themselves: hub_blob.cpp.
 #include <algorithm>
-#include <functional>
-#include <optional>
 #include <atomic>
-#include <cerrno>
-#include <cstdio>
+#include <functional>
+#include <map>
 #include <mutex>
-#include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
-#include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "hub/hub_internal.h"
-#include "weightlift/lock.h"
-#include "io/unique_fd.h"
 #include "weightlift/io.h"
 #include "weightlift/progress.h"
 
 namespace wl {
+
+std::vector<std::pair<std::string, std::string>> HubCtx::headers(bool auth) const {
+  std::vector<std::pair<std::string, std::string>> h{{"Accept-Encoding", "identity"}};
+  if (auth && token) h.emplace_back("Authorization", "Bearer " + *token);
+  return h;
+}
+
+void HubCtx::add_progress(uint64_t n) {
+  uint64_t now = done_bytes += n;
+  if (!bar) return;
+  std::lock_guard<std::mutex> lock(progress_mu);
+  bar->update(now);
+}
+
 namespace {
 
 using json = nlohmann::json;
-
-// SHA-256 or git-blob SHA-1, chosen by the ETag's length.
-class BlobHasher {
- public:
-  BlobHasher(const std::string& etag, uint64_t size) : ctx_(EVP_MD_CTX_new()) {
-    kind_ = etag.size() == 64 ? 256 : etag.size() == 40 ? 1 : 0;
-    if (kind_ == 256) EVP_DigestInit_ex(ctx_, EVP_sha256(), nullptr);
-    if (kind_ == 1) {
-      EVP_DigestInit_ex(ctx_, EVP_sha1(), nullptr);
-      std::string prefix = "blob " + std::to_string(size);
-      EVP_DigestUpdate(ctx_, prefix.data(), prefix.size() + 1);  // with the NUL
-    }
-  }
-  ~BlobHasher() { EVP_MD_CTX_free(ctx_); }
-  BlobHasher(const BlobHasher&) = delete;
-  BlobHasher& operator=(const BlobHasher&) = delete;
-  void update(const void* p, size_t n) {
-    if (kind_) EVP_DigestUpdate(ctx_, p, n);
-  }
-  bool verifiable() const { return kind_ != 0; }
-  std::string hex() {
-    if (!kind_) return {};
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned int n = 0;
-    EVP_DigestFinal_ex(ctx_, md, &n);
-    static const char* hx = "0123456789abcdef";
-    std::string out;
-    for (unsigned i = 0; i < n; ++i) out += hx[md[i] >> 4], out += hx[md[i] & 15];
-    return out;
-  }
-
- private:
-  EVP_MD_CTX* ctx_;
-  int kind_ = 0;
-};
 
 std::string normalize_etag(std::string e) {
   if (e.starts_with("W/")) e = e.substr(2);
@@ -76,39 +50,28 @@ std::string resolve_url(const HubOptions& o, const std::string& repo_id, const s
   return hub_endpoint(o) + prefix + "/" + repo_id + "/resolve/" + url_quote(rev, false) + "/" + url_quote(file, true);
 }
 
-// Shared state of one download call.
-struct Ctx {
-  const HubOptions& o;
-  HttpClient http;
-  std::optional<std::string> token;
-  std::string cache;
-  std::mutex progress_mu;
-  std::unique_ptr<ProgressBar> bar;
-  std::atomic<uint64_t> done_bytes{0};
+// status_from_response, with the repository and revision named in the message
+// itself for the errors that are about them.
+Status hub_error(const HttpResponse& r, const std::string& url, const std::string& repo_id, const std::string& revision) {
+  Status s = status_from_response(r, url);
+  switch (classify_hub_error(r)) {
+    case HubErrorKind::kRevisionNotFound:
+      return Status::NotFound(fmt::format("revision not found: '{}' is not a branch, tag or commit of {} ({})", revision,
+                                          repo_id, s.message()));
+    case HubErrorKind::kRepoNotFound:
+      return Status::NotFound(fmt::format("repository not found: {} ({})", repo_id, s.message()));
+    default:
+      return s;
+  }
+}
 
-  explicit Ctx(const HubOptions& opts) : o(opts), http(opts.http), token(hub_token(opts)), cache(hub_cache_dir(opts)) {}
-  std::vector<std::pair<std::string, std::string>> headers(bool auth) const {
-    std::vector<std::pair<std::string, std::string>> h{{"Accept-Encoding", "identity"}};
-    if (auth && token) h.emplace_back("Authorization", "Bearer " + *token);
-    return h;
-  }
-  void log(const std::string& line) const {
-    if (o.log) o.log(line);
-  }
-  void add_progress(uint64_t n) {
-    uint64_t now = done_bytes += n;
-    if (!bar) return;
-    std::lock_guard<std::mutex> lock(progress_mu);
-    bar->update(now);
-  }
-};
-
-Result<json> get_json(Ctx& c, const std::string& url, HttpResponse* out = nullptr) {
+Result<json> get_json(HubCtx& c, const std::string& url, const std::string& repo_id, const std::string& revision,
+                      HttpResponse* out = nullptr) {
   HttpRequest req;
   req.url = url;
   req.headers = c.headers(true);
   WL_ASSIGN_OR_RETURN(HttpResponse r, c.http.request(req));
-  if (r.status != 200) return status_from_response(r, url);
+  if (r.status != 200) return hub_error(r, url, repo_id, revision);
   try {
     json j = json::parse(r.body);
     if (out) *out = std::move(r);
@@ -118,65 +81,176 @@ Result<json> get_json(Ctx& c, const std::string& url, HttpResponse* out = nullpt
   }
 }
 
-std::string storage_of(const Ctx& c, const std::string& repo_id) {
-  return c.cache + "/" + repo_folder_name(repo_id, c.o.repo_type);
+Status write_small_file(Env* env, const std::string& path, const std::string& text) {
+  WL_RETURN_IF_ERROR(env->create_dirs(parent_dir(path)));
+  return write_file_atomic(path, text, env);
 }
 
-Status write_small_file(const std::string& path, const std::string& text) {
-  WL_RETURN_IF_ERROR(make_dirs(path.substr(0, path.rfind('/'))));
-  return write_file_atomic(path, text);
-}
-
-Status write_ref(const std::string& storage, const std::string& revision, const std::string& commit) {
+Status write_ref(Env* env, const std::string& storage, const std::string& revision, const std::string& commit) {
   if (revision == commit) return Status::Ok();
   std::string path = storage + "/refs/" + revision;
-  auto cur = read_file_to_string(path, 4096);
+  auto cur = read_file_to_string(path, 4096, env);
   if (cur.ok() && *cur == commit) return Status::Ok();
-  return write_small_file(path, commit);
+  return write_small_file(env, path, commit);
 }
 
-std::optional<std::string> read_ref(const std::string& storage, const std::string& revision) {
+std::optional<std::string> read_ref(Env* env, const std::string& storage, const std::string& revision) {
   if (is_commit_hash(revision)) return revision;
-  auto cur = read_file_to_string(storage + "/refs/" + revision, 4096);
+  auto cur = read_file_to_string(storage + "/refs/" + revision, 4096, env);
   if (!cur.ok() || !is_commit_hash(*cur)) return std::nullopt;
   return *cur;
 }
 
-bool path_exists(const std::string& p) {
-  struct stat st;
-  return ::stat(p.c_str(), &st) == 0;
+// huggingface_hub 2.x tags the cache root for backup tools (the Cache Directory Tagging Standard).
+void write_cachedir_tag(HubCtx& c) {
+  const std::string tag = c.cache + "/CACHEDIR.TAG";
+  if (c.env->exists(tag)) return;
+  (void)c.env->create_dirs(c.cache);
+  (void)write_file_atomic(tag,
+                          "Signature: 8a477f597d28d172789f06886806bc55\n"
+                          "# This file is a cache directory tag created by huggingface_hub.\n"
+                          "# For information about cache directory tags, see:\n"
+                          "#\thttps://bford.info/cachedir/\n",
+                          c.env);
 }
 
-// snapshots/{commit}/{file} -> ../../blobs/{etag} (one more ../ per folder level).
-Status link_pointer(const std::string& storage, const std::string& commit, const std::string& file, const std::string& etag) {
-  std::string pointer = storage + "/snapshots/" + commit + "/" + file;
-  WL_RETURN_IF_ERROR(make_dirs(pointer.substr(0, pointer.rfind('/'))));
+// ---- the tree listing huggingface_hub 2.x keeps: {storage}/trees/{commit}.json --------
+// {"format_version": 1, "files": {path: {"size", "blob_id"[, "lfs_sha256", "lfs_size"][, "xet_hash"]}}},
+// written as Python's json.dump(indent=1) writes it. Offline, it tells whether a snapshot is complete.
+
+struct TreeFile {
+  uint64_t size = 0;
+  std::string blob_id, lfs_sha256, xet_hash;
+  uint64_t lfs_size = 0;
+  std::string etag() const { return lfs_sha256.empty() ? blob_id : lfs_sha256; }
+};
+using Tree = std::map<std::string, TreeFile>;
+
+std::string tree_path(const std::string& storage, const std::string& commit) {
+  return storage + "/trees/" + commit + ".json";
+}
+
+std::optional<Tree> read_tree_cache(Env* env, const std::string& storage, const std::string& commit) {
+  auto text = read_file_to_string(tree_path(storage, commit), 256ull << 20, env);
+  if (!text.ok()) return std::nullopt;
+  try {
+    json j = json::parse(*text);
+    if (!j.is_object() || j.value("format_version", 0) != 1) return std::nullopt;
+    Tree t;
+    for (const auto& [path, info] : j.at("files").items()) {
+      TreeFile f;
+      f.size = info.at("size").get<uint64_t>();
+      f.blob_id = info.at("blob_id").get<std::string>();
+      if (info.contains("lfs_sha256") && info["lfs_sha256"].is_string()) {
+        f.lfs_sha256 = info["lfs_sha256"].get<std::string>();
+        f.lfs_size = info.value("lfs_size", f.size);
+      }
+      if (info.contains("xet_hash") && info["xet_hash"].is_string()) f.xet_hash = info["xet_hash"].get<std::string>();
+      if (!check_repo_path(path).ok()) return std::nullopt;
+      t[path] = std::move(f);
+    }
+    return t;
+  } catch (const std::exception&) {
+    return std::nullopt;  // corrupt or another format: listed again
+  }
+}
+
+void write_tree_cache(HubCtx& c, const std::string& storage, const std::string& commit, const Tree& tree) {
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const auto& [path, f] : tree) {  // std::map: sorted, as json.dump(sorted(...))
+    nlohmann::ordered_json e = {{"size", f.size}, {"blob_id", f.blob_id}};
+    if (!f.lfs_sha256.empty()) e["lfs_sha256"] = f.lfs_sha256, e["lfs_size"] = f.lfs_size;
+    if (!f.xet_hash.empty()) e["xet_hash"] = f.xet_hash;
+    files[path] = std::move(e);
+  }
+  nlohmann::ordered_json j = {{"format_version", 1}, {"files", std::move(files)}};
+  Status s = write_small_file(c.env, tree_path(storage, commit), j.dump(1, ' ', /*ensure_ascii=*/true));
+  if (!s.ok()) c.log("could not write the tree listing (ignored): " + s.to_string());
+}
+
+Result<Tree> fetch_tree(HubCtx& c, const std::string& repo_id, const std::string& commit) {
+  const std::string storage = c.storage(repo_id);
+  if (auto cached = read_tree_cache(c.env, storage, commit)) return *cached;
+  WL_ASSIGN_OR_RETURN(auto entries, list_repo_tree(repo_id, commit, "", /*recursive=*/true, c.o));
+  Tree t;
+  for (auto& e : entries) {
+    if (e.is_dir) continue;
+    WL_RETURN_IF_ERROR(check_repo_path(e.path));
+    TreeFile f;
+    f.size = e.size;
+    f.blob_id = e.oid;
+    f.lfs_sha256 = e.lfs_sha256;
+    if (!f.lfs_sha256.empty()) f.lfs_size = e.size;
+    t[e.path] = std::move(f);
+  }
+  write_tree_cache(c, storage, commit, t);
+  return t;
+}
+
+std::string join_patterns(const std::vector<std::string>& ps) {
+  std::string out = "[";
+  for (size_t i = 0; i < ps.size(); ++i) out += (i ? ", '" : "'") + ps[i] + "'";
+  return out + "]";
+}
+
+// Offline (or with the Hub out of reach): the cached snapshot for `revision`,
+// refused when its tree listing shows that selected files are missing (a
+// download that stopped part way), as huggingface_hub 2.x refuses it.
+Result<std::string> cached_snapshot(HubCtx& c, const std::string& repo_id, const std::string& revision,
+                                    const SnapshotOptions& s, const Status& why) {
+  const std::string storage = c.storage(repo_id);
+  auto commit = read_ref(c.env, storage, revision);
+  const std::string reason = why.ok() ? "offline mode is on (HF_HUB_OFFLINE or --offline)"
+                                      : "the Hub could not be reached (" + why.message() + ")";
+  if (!commit || !c.env->is_directory(storage + "/snapshots/" + *commit)) {
+    if (!why.ok() && !hub_offline(c.o)) return why;
+    return Status::NotFound(fmt::format("snapshot of {} at revision {} is not in the local cache and {}", repo_id,
+                                        revision, reason));
+  }
+  const std::string folder = storage + "/snapshots/" + *commit;
+  if (auto tree = read_tree_cache(c.env, storage, *commit)) {
+    std::vector<std::string> names;
+    for (const auto& [p, _] : *tree) names.push_back(p);
+    std::vector<std::string> missing;
+    for (const auto& p : filter_repo_files(names, s.allow_patterns, s.ignore_patterns))
+      if (!c.env->exists(folder + "/" + p)) missing.push_back(p);
+    if (!missing.empty()) {
+      std::string sample;
+      for (size_t i = 0; i < missing.size() && i < 3; ++i) sample += (i ? ", " : "") + missing[i];
+      if (missing.size() > 3) sample += fmt::format(", ... ({} more)", missing.size() - 3);
+      return Status::NotFound(fmt::format(
+          "the cached snapshot of {} (revision {}, commit {}) is incomplete: {} file(s) are missing ({}); {}. "
+          "Run the download again with network access to complete it",
+          repo_id, revision, *commit, missing.size(), sample, reason));
+    }
+  }
+  return folder;
+}
+
+}  // namespace
+
+Status link_pointer(HubCtx& c, const std::string& storage, const std::string& commit, const std::string& file,
+                    const std::string& etag) {
+  Env* env = c.env;
+  const std::string pointer = storage + "/snapshots/" + commit + "/" + file;
+  if (env->exists(pointer)) return Status::Ok();  // a pointer of a commit names one blob
+  WL_RETURN_IF_ERROR(env->create_dirs(parent_dir(pointer)));
   std::string target = "../../";
   for (char ch : file)
     if (ch == '/') target += "../";
   target += "blobs/" + etag;
-  char buf[4096];
-  ssize_t n = ::readlink(pointer.c_str(), buf, sizeof buf);
-  if (n > 0 && std::string(buf, static_cast<size_t>(n)) == target) return Status::Ok();
-  std::string tmp = pointer + ".wl-link-" + std::to_string(::getpid()) + "-" +
-                    std::to_string(std::hash<std::thread::id>{}(std::this_thread::get_id()));
-  ::unlink(tmp.c_str());
-  if (::symlink(target.c_str(), tmp.c_str()) != 0) return Status::FromErrno(errno, "cannot create symlink").with_file(tmp);
-  if (::rename(tmp.c_str(), pointer.c_str()) != 0) {
-    int e = errno;
-    ::unlink(tmp.c_str());
-    return Status::FromErrno(e, "cannot rename symlink").with_file(pointer);
+  static std::atomic<uint64_t> counter{0};
+  const std::string tmp = fmt::format("{}.wl-link-{}", pointer, counter.fetch_add(1) ^ std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  (void)env->remove(tmp);
+  WL_RETURN_IF_ERROR(env->symlink(target, tmp));
+  if (Status s = env->rename(tmp, pointer); !s.ok()) {
+    (void)env->remove(tmp);
+    return s;
   }
   return Status::Ok();
 }
 
-struct FileMeta {
-  std::string etag, commit, location;
-  uint64_t size = 0;
-  bool cross_host = false;  // location is on another host: no token there
-};
-
-Result<FileMeta> head_file(Ctx& c, const std::string& repo_id, const std::string& revision, const std::string& file,
+Result<FileMeta> head_file(HubCtx& c, const std::string& repo_id, const std::string& revision, const std::string& file,
                            HttpResponse* error_response) {
   HttpRequest req;
   req.method = "HEAD";
@@ -186,9 +260,12 @@ Result<FileMeta> head_file(Ctx& c, const std::string& repo_id, const std::string
   WL_ASSIGN_OR_RETURN(HttpResponse r, c.http.request(req));
   if (r.status >= 400) {
     if (error_response) *error_response = r;
-    return status_from_response(r, req.url);
+    return hub_error(r, req.url, repo_id, revision);
   }
   FileMeta m;
+  m.repo_id = repo_id;
+  m.revision = revision;
+  m.path = file;
   m.commit = r.header("x-repo-commit");
   std::string linked = r.header("x-linked-etag");
   m.etag = normalize_etag(linked.empty() ? r.header("etag") : linked);
@@ -207,275 +284,13 @@ Result<FileMeta> head_file(Ctx& c, const std::string& repo_id, const std::string
   return m;
 }
 
-Status verify_done(BlobHasher& h, const std::string& etag, const std::string& path, const std::string& url) {
-  if (!h.verifiable()) return Status::Ok();
-  std::string got = h.hex();
-  if (got != etag)
-    return Status::Corrupt("downloaded bytes do not match the ETag " + etag + " (got " + got + ") from " +
-                           url.substr(0, url.find('?')))
-        .with_file(path);
-  return Status::Ok();
-}
-
-Status finish_blob(const std::string& from, const std::string& blob) {
-  mode_t um = ::umask(0);
-  ::umask(um);
-  ::chmod(from.c_str(), 0666 & ~um);
-  if (::rename(from.c_str(), blob.c_str()) != 0) return Status::FromErrno(errno, "cannot rename blob").with_file(blob);
-  return Status::Ok();
-}
-
-// One stream into "{blob}.incomplete", resumed with Range (huggingface_hub's way).
-Status fetch_single(Ctx& c, const FileMeta& m, const std::string& blob) {
-  const std::string inc = blob + ".incomplete";
-  UniqueFd fd(::open(inc.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (!fd) return Status::FromErrno(errno, "cannot open").with_file(inc);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(inc);
-  uint64_t have = static_cast<uint64_t>(st.st_size);
-  if (have > m.size) {
-    if (::ftruncate(fd.get(), 0) != 0) return Status::FromErrno(errno, "cannot truncate").with_file(inc);
-    have = 0;
-  }
-  auto h = std::make_unique<BlobHasher>(m.etag, m.size);
-  {  // hash what an earlier run left
-    std::vector<char> buf(1 << 20);
-    uint64_t off = 0;
-    while (off < have) {
-      ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), have - off), static_cast<off_t>(off));
-      if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot read partial download").with_file(inc);
-      h->update(buf.data(), static_cast<size_t>(n));
-      off += static_cast<uint64_t>(n);
-    }
-  }
-  if (have) c.add_progress(have);
-  int stalls = 0;
-  const std::string where = m.location.substr(0, m.location.find('?'));
-  while (have < m.size) {
-    HttpRequest req;
-    req.url = m.location;
-    req.headers = c.headers(!m.cross_host);
-    if (have > 0) {
-      req.headers.emplace_back("Range", "bytes=" + std::to_string(have) + "-");
-      req.expect_status = 206;
-    }
-    uint64_t pos = have;
-    BodySink sink = [&](std::span<const std::byte> d) -> Status {
-      if (pos + d.size() > m.size) return Status::Corrupt("server sent more bytes than the announced size of " + where);
-      const char* p = reinterpret_cast<const char*>(d.data());
-      size_t left = d.size();
-      while (left) {
-        ssize_t n = ::pwrite(fd.get(), p, left, static_cast<off_t>(pos));
-        if (n < 0 && errno == EINTR) continue;
-        if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot write").with_file(inc);
-        h->update(p, static_cast<size_t>(n));
-        p += n, left -= static_cast<size_t>(n), pos += static_cast<uint64_t>(n);
-      }
-      c.add_progress(d.size());
-      return Status::Ok();
-    };
-    uint64_t delivered = 0;
-    auto r = c.http.get(req, sink, &delivered);
-    if (r.ok() && r->status == 200 && have > 0) {
-      // The server ignored the Range: start over from byte 0.
-      if (::ftruncate(fd.get(), 0) != 0) return Status::FromErrno(errno, "cannot truncate").with_file(inc);
-      h = std::make_unique<BlobHasher>(m.etag, m.size);
-      have = 0;
-      if (++stalls >= c.o.http.retry.max_attempts) return Status::Unavailable("server keeps ignoring Range requests: " + where);
-      continue;
-    }
-    if (r.ok() && r->status >= 300) return status_from_response(*r, m.location);
-    have = pos;
-    if (have >= m.size) break;
-    // The client already retried a request that got nothing; resume only after progress.
-    if (!r.ok() && delivered == 0) return std::move(r).status().with_file(inc);
-    if (r.ok() || r.status().code() == Code::kUnavailable) {
-      if (delivered > 0) stalls = 0;
-      if (delivered == 0 && ++stalls >= c.o.http.retry.max_attempts) {
-        if (!r.ok()) return std::move(r).status().with_file(inc);
-        return Status::Unavailable("download of " + where + " stopped at byte " + std::to_string(have) + " of " +
-                                   std::to_string(m.size));
-      }
-      c.log("connection dropped at byte " + std::to_string(have) + "; resuming " + where);
-      continue;
-    }
-    return std::move(r).status().with_file(inc);  // a local failure (disk full...): do not retry
-  }
-  if (have > m.size) return Status::Corrupt("more bytes than announced from " + where).with_file(inc);
-  WL_RETURN_IF_ERROR(verify_done(*h, m.etag, inc, m.location));
-  if (::fsync(fd.get()) != 0) return Status::FromErrno(errno, "cannot fsync").with_file(inc);
-  fd.reset();
-  return finish_blob(inc, blob);
-}
-
-// Parallel ranged requests into "{blob}.wlparts"; "{blob}.wlparts.done"
-// lists finished chunks so that a killed download resumes where it was.
-Status fetch_parallel(Ctx& c, const FileMeta& m, const std::string& blob) {
-  const std::string parts = blob + ".wlparts";
-  const std::string journal = parts + ".done";
-  const uint64_t chunk = std::max<uint64_t>(c.o.chunk_bytes, 1 << 20);
-  const uint64_t nchunks = (m.size + chunk - 1) / chunk;
-  std::vector<char> done(nchunks, 0);
-  UniqueFd fd(::open(parts.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644));
-  if (!fd) return Status::FromErrno(errno, "cannot open").with_file(parts);
-  struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(parts);
-  if (static_cast<uint64_t>(st.st_size) == m.size) {
-    auto j = read_file_to_string(journal, 1 << 24);
-    if (j.ok()) {
-      std::istringstream in(*j);
-      uint64_t cs = 0, idx = 0;
-      if (in >> cs && cs == chunk)
-        while (in >> idx)
-          if (idx < nchunks) done[idx] = 1;
-    }
-  } else if (::ftruncate(fd.get(), static_cast<off_t>(m.size)) != 0) {
-    return Status::FromErrno(errno, "cannot size").with_file(parts);
-  }
-  std::vector<uint64_t> todo;
-  for (uint64_t i = 0; i < nchunks; ++i) {
-    if (!done[i]) todo.push_back(i);
-    else c.add_progress(std::min(chunk, m.size - i * chunk));
-  }
-  std::mutex mu;
-  Status first_error;
-  std::atomic<size_t> next{0};
-  std::atomic<bool> failed{false};
-  auto save_journal = [&]() -> Status {  // caller holds mu
-    std::string text = std::to_string(chunk) + "\n";
-    for (uint64_t i = 0; i < nchunks; ++i)
-      if (done[i]) text += std::to_string(i) + "\n";
-    return write_file_atomic(journal, text);
-  };
-  auto worker = [&] {
-    for (;;) {
-      size_t k = next++;
-      if (k >= todo.size() || failed) return;
-      const uint64_t idx = todo[k];
-      const uint64_t begin = idx * chunk, end = std::min(m.size, begin + chunk);
-      uint64_t pos = begin;
-      int stalls = 0;
-      Status err;
-      while (pos < end) {
-        HttpRequest req;
-        req.url = m.location;
-        req.headers = c.headers(!m.cross_host);
-        req.headers.emplace_back("Range", "bytes=" + std::to_string(pos) + "-" + std::to_string(end - 1));
-        req.expect_status = 206;
-        BodySink sink = [&](std::span<const std::byte> d) -> Status {
-          if (pos + d.size() > end) return Status::Corrupt("server sent more bytes than the requested range");
-          const char* p = reinterpret_cast<const char*>(d.data());
-          size_t left = d.size();
-          while (left) {
-            ssize_t n = ::pwrite(fd.get(), p, left, static_cast<off_t>(pos));
-            if (n < 0 && errno == EINTR) continue;
-            if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot write").with_file(parts);
-            p += n, left -= static_cast<size_t>(n), pos += static_cast<uint64_t>(n);
-          }
-          c.add_progress(d.size());
-          return Status::Ok();
-        };
-        uint64_t delivered = 0;
-        auto r = c.http.get(req, sink, &delivered);
-        if (r.ok() && r->status != 206 && r->status < 300) {
-          err = Status::Unavailable("server ignored a Range request for " + m.location.substr(0, m.location.find('?')));
-          break;
-        }
-        if (r.ok() && r->status >= 300) {
-          err = status_from_response(*r, m.location);
-          break;
-        }
-        if (pos >= end) break;
-        if (!r.ok() && (r.status().code() != Code::kUnavailable || delivered == 0)) {
-          err = std::move(r).status();
-          break;
-        }
-        if (delivered == 0 && ++stalls >= c.o.http.retry.max_attempts) {
-          err = r.ok() ? Status::Unavailable("range download stalled at byte " + std::to_string(pos) + " of " +
-                                             m.location.substr(0, m.location.find('?')))
-                       : std::move(r).status();
-          break;
-        }
-        if (delivered > 0) stalls = 0;
-      }
-      std::lock_guard<std::mutex> lock(mu);
-      if (!err.ok()) {
-        if (first_error.ok()) first_error = std::move(err).with_file(parts);
-        failed = true;
-        return;
-      }
-      done[idx] = 1;
-      Status s = save_journal();
-      if (!s.ok() && first_error.ok()) first_error = s, failed = true;
-    }
-  };
-  int nthreads = static_cast<int>(std::min<size_t>(std::max(1, c.o.connections_per_file), todo.size()));
-  std::vector<std::thread> threads;
-  for (int i = 1; i < nthreads; ++i) threads.emplace_back(worker);
-  if (nthreads > 0) worker();
-  for (auto& t : threads) t.join();
-  if (!first_error.ok()) return first_error;
-  BlobHasher h(m.etag, m.size);
-  std::vector<char> buf(8 << 20);
-  for (uint64_t off = 0; off < m.size;) {
-    ssize_t n = ::pread(fd.get(), buf.data(), std::min<uint64_t>(buf.size(), m.size - off), static_cast<off_t>(off));
-    if (n <= 0) return Status::FromErrno(n < 0 ? errno : EIO, "cannot read back").with_file(parts);
-    h.update(buf.data(), static_cast<size_t>(n));
-    off += static_cast<uint64_t>(n);
-  }
-  Status v = verify_done(h, m.etag, parts, m.location);
-  if (!v.ok()) {
-    ::unlink(journal.c_str());
-    ::unlink(parts.c_str());
-    return v;
-  }
-  if (::fsync(fd.get()) != 0) return Status::FromErrno(errno, "cannot fsync").with_file(parts);
-  fd.reset();
-  WL_RETURN_IF_ERROR(finish_blob(parts, blob));
-  ::unlink(journal.c_str());
-  return Status::Ok();
-}
-
-// Brings blobs/{etag} into the cache under its lock (shared with huggingface_hub).
-Status fetch_blob(Ctx& c, const std::string& repo_id, const FileMeta& m) {
-  const std::string storage = storage_of(c, repo_id);
-  const std::string blob = storage + "/blobs/" + m.etag;
-  if (path_exists(blob)) return Status::Ok();
-  WL_RETURN_IF_ERROR(make_dirs(storage + "/blobs"));
-  // Per-blob lock in .locks/, as huggingface_hub takes it (flock), so the two tools exclude each other.
-  CrossProcessLock lock(c.cache + "/.locks/" + repo_folder_name(repo_id, c.o.repo_type) + "/" + m.etag + ".lock");
-  WL_RETURN_IF_ERROR(lock.acquire());
-  if (path_exists(blob)) {  // another process (ours or huggingface_hub) finished it meanwhile
-    ::unlink((blob + ".wlparts").c_str());
-    ::unlink((blob + ".wlparts.done").c_str());
-    return Status::Ok();
-  }
-  const bool parallel = m.size >= c.o.parallel_min_bytes && c.o.connections_per_file > 1 &&
-                        !path_exists(blob + ".incomplete");  // resume a single-stream partial as such
-  Status s;
-  for (int attempt = 0; attempt < 2; ++attempt) {  // one fresh retry after a checksum mismatch
-    s = parallel ? fetch_parallel(c, m, blob) : fetch_single(c, m, blob);
-    if (s.ok() || s.code() != Code::kCorruptData) break;
-    ::unlink((blob + ".incomplete").c_str());
-    c.log(s.to_string() + "; downloading it again");
-  }
-  if (s.code() == Code::kCorruptData) ::unlink((blob + ".incomplete").c_str());
-  return s;
-}
-
-Status offline_error(const std::string& what) {
-  return Status::NotFound(what + " is not in the local cache and offline mode is on (HF_HUB_OFFLINE or --offline)");
-}
-
-}  // namespace
-
 // ---- public API ------------------------------------------------------------------
 
 Result<RepoInfo> repo_info(const std::string& repo_id, const std::string& revision, const HubOptions& o) {
   WL_RETURN_IF_ERROR(check_repo_id(repo_id));
-  Ctx c(o);
+  HubCtx c(o);
   std::string url = hub_endpoint(o) + "/api/" + type_plural(o) + "/" + repo_id + "/revision/" + url_quote(revision, false);
-  WL_ASSIGN_OR_RETURN(json j, get_json(c, url));
+  WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision));
   RepoInfo info;
   try {
     if (!j.is_object() || !j.contains("sha") || !j["sha"].is_string())
@@ -495,14 +310,17 @@ Result<RepoInfo> repo_info(const std::string& repo_id, const std::string& revisi
 Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const std::string& revision,
                                               const std::string& path_in_repo, bool recursive, const HubOptions& o) {
   WL_RETURN_IF_ERROR(check_repo_id(repo_id));
-  Ctx c(o);
+  HubCtx c(o);
   std::string url = hub_endpoint(o) + "/api/" + type_plural(o) + "/" + repo_id + "/tree/" + url_quote(revision, false) +
                     (path_in_repo.empty() ? "" : "/" + url_quote(path_in_repo, true)) +
                     "?recursive=" + (recursive ? "True" : "False") + "&expand=False";
   std::vector<RepoEntry> out;
-  for (int page = 0; page < 100000 && !url.empty(); ++page) {
+  std::set<std::string> seen_pages;
+  for (int page = 0; !url.empty(); ++page) {
+    if (page >= 100000 || !seen_pages.insert(url).second)
+      return Status::Corrupt("tree pagination of " + repo_id + " does not end (a page links back to an earlier one)");
     HttpResponse resp;
-    WL_ASSIGN_OR_RETURN(json j, get_json(c, url, &resp));
+    WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision, &resp));
     if (!j.is_array()) return Status::Corrupt("tree listing is not a JSON array from " + url);
     try {
       for (const auto& e : j) {
@@ -517,7 +335,7 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
     } catch (const std::exception& ex) {
       return Status::Corrupt(std::string("unexpected tree entry (") + ex.what() + ") from " + url);
     }
-    // Link: <url>; rel="next"
+    // Link: <url>; rel="next" (possibly among other links)
     std::string link = resp.header("link");
     std::string next;
     auto rel = link.find("rel=\"next\"");
@@ -538,16 +356,20 @@ Result<std::string> hf_hub_download(const std::string& repo_id, const std::strin
   WL_RETURN_IF_ERROR(check_revision(revision));
   const std::string file = subfolder.empty() ? filename : subfolder + "/" + filename;
   WL_RETURN_IF_ERROR(check_repo_path(file));
-  Ctx c(o);
-  const std::string storage = storage_of(c, repo_id);
+  HubCtx c(o);
+  Env* env = c.env;
+  const std::string storage = c.storage(repo_id);
   auto pointer = [&](const std::string& commit) { return storage + "/snapshots/" + commit + "/" + file; };
-  if (is_commit_hash(revision) && path_exists(pointer(revision))) return pointer(revision);
+  if (is_commit_hash(revision) && env->exists(pointer(revision))) return pointer(revision);
   auto from_cache = [&](const Status& why) -> Result<std::string> {
-    auto commit = read_ref(storage, revision);
-    if (commit && path_exists(pointer(*commit))) return pointer(*commit);
-    if (commit && path_exists(storage + "/.no_exist/" + *commit + "/" + file))
+    auto commit = read_ref(env, storage, revision);
+    if (commit && env->exists(pointer(*commit))) return pointer(*commit);
+    if (commit && env->exists(storage + "/.no_exist/" + *commit + "/" + file))
       return Status::NotFound("entry not found: " + repo_id + "/" + file + " (cached as missing at " + *commit + ")");
-    if (hub_offline(o)) return offline_error(repo_id + "/" + file + " at revision " + revision);
+    if (hub_offline(o))
+      return Status::NotFound(fmt::format(
+          "{} of {} at revision {} is not in the local cache and offline mode is on (HF_HUB_OFFLINE or --offline)", file,
+          repo_id, revision));
     return why;
   };
   if (hub_offline(o)) return from_cache(Status::Ok());
@@ -558,51 +380,79 @@ Result<std::string> hf_hub_download(const std::string& repo_id, const std::strin
     if (kind == HubErrorKind::kEntryNotFound) {
       std::string commit = err.header("x-repo-commit");
       if (is_commit_hash(commit)) {
-        (void)write_small_file(storage + "/.no_exist/" + commit + "/" + file, "");
-        (void)write_ref(storage, revision, commit);
+        (void)write_small_file(env, storage + "/.no_exist/" + commit + "/" + file, "");
+        (void)write_ref(env, storage, revision, commit);
       }
       return std::move(meta).status();
     }
     if (kind == HubErrorKind::kRevisionNotFound) return std::move(meta).status();
     return from_cache(meta.status());  // network down, Hub failing, gated...: the cache may serve
   }
-  WL_RETURN_IF_ERROR(write_ref(storage, revision, meta->commit));
-  if (path_exists(pointer(meta->commit))) return pointer(meta->commit);
+  WL_RETURN_IF_ERROR(write_ref(env, storage, revision, meta->commit));
+  if (env->exists(pointer(meta->commit))) return pointer(meta->commit);
+  write_cachedir_tag(c);
   if (c.o.progress) c.bar = std::make_unique<ProgressBar>("Downloading " + file, meta->size, true, stderr, "B");
-  WL_RETURN_IF_ERROR(fetch_blob(c, repo_id, *meta));
+  WL_RETURN_IF_ERROR(fetch_blob(c, *meta));
   if (c.bar) c.bar->finish();
-  WL_RETURN_IF_ERROR(link_pointer(storage, meta->commit, file, meta->etag));
+  WL_RETURN_IF_ERROR(link_pointer(c, storage, meta->commit, file, meta->etag));
   return pointer(meta->commit);
 }
 
-Result<std::string> snapshot_download(const std::string& repo_id, const SnapshotOptions& s, const HubOptions& o) {
+Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const SnapshotOptions& s, const HubOptions& o,
+                                              const std::function<bool(const std::string&)>& defer) {
   WL_RETURN_IF_ERROR(check_repo_id(repo_id));
   const std::string revision = s.revision.empty() ? "main" : s.revision;
   WL_RETURN_IF_ERROR(check_revision(revision));
-  Ctx c(o);
-  const std::string storage = storage_of(c, repo_id);
-  auto from_cache = [&](const Status& why) -> Result<std::string> {
-    auto commit = read_ref(storage, revision);
-    if (commit && ::access((storage + "/snapshots/" + *commit).c_str(), F_OK) == 0) return storage + "/snapshots/" + *commit;
-    if (hub_offline(o)) return offline_error("snapshot of " + repo_id + " at revision " + revision);
-    return why;
+  HubCtx c(o);
+  Env* env = c.env;
+  const std::string storage = c.storage(repo_id);
+  auto offline_plan = [&](const Status& why) -> Result<SnapshotPlan> {
+    WL_ASSIGN_OR_RETURN(std::string folder, cached_snapshot(c, repo_id, revision, s, why));
+    SnapshotPlan p;
+    p.folder = folder;
+    p.commit = base_name(folder);
+    return p;
   };
-  if (hub_offline(o)) return from_cache(Status::Ok());
-  auto info = repo_info(repo_id, revision, o);
-  if (!info.ok()) {
-    if (info.status().message().starts_with("revision not found")) return std::move(info).status();
-    if (info.status().code() == Code::kCorruptData) return std::move(info).status();
-    return from_cache(info.status());
+  if (hub_offline(o)) return offline_plan(Status::Ok());
+  // The commit (a commit hash needs no lookup), then its tree listing (cached per commit).
+  std::string commit = is_commit_hash(revision) ? revision : "";
+  Result<Tree> tree = Status::Internal("not listed");
+  if (commit.empty()) {
+    auto info = repo_info(repo_id, revision, o);
+    if (!info.ok()) {
+      const Status& st = info.status();
+      if (st.message().starts_with("revision not found") || st.code() == Code::kCorruptData) return st;
+      return offline_plan(st);
+    }
+    commit = info->sha;
   }
-  for (const auto& f : info->files) WL_RETURN_IF_ERROR(check_repo_path(f));
-  std::vector<std::string> files = filter_repo_files(info->files, s.allow_patterns, s.ignore_patterns);
-  WL_RETURN_IF_ERROR(write_ref(storage, revision, info->sha));
-  const std::string snapshot = storage + "/snapshots/" + info->sha;
-  WL_RETURN_IF_ERROR(make_dirs(snapshot));
+  tree = fetch_tree(c, repo_id, commit);
+  if (!tree.ok()) {
+    const Status& st = tree.status();
+    if (st.message().starts_with("revision not found") || st.code() == Code::kCorruptData ||
+        st.code() == Code::kInvalidArgument)
+      return st;
+    return offline_plan(st);
+  }
+  std::vector<std::string> names;
+  for (const auto& [p, _] : *tree) names.push_back(p);
+  std::vector<std::string> files = filter_repo_files(names, s.allow_patterns, s.ignore_patterns);
+  if (!names.empty() && files.empty() && (!s.allow_patterns.empty() || !s.ignore_patterns.empty())) {
+    std::string which;
+    if (!s.allow_patterns.empty()) which += "allow_patterns=" + join_patterns(s.allow_patterns);
+    if (!s.ignore_patterns.empty()) which += (which.empty() ? "" : ", ") + ("ignore_patterns=" + join_patterns(s.ignore_patterns));
+    c.log(fmt::format("warning: No files matched {} in {} (revision {})", which, repo_id, revision));
+  }
+  WL_RETURN_IF_ERROR(write_ref(env, storage, revision, commit));
+  SnapshotPlan plan;
+  plan.commit = commit;
+  plan.folder = storage + "/snapshots/" + commit;
+  WL_RETURN_IF_ERROR(env->create_dirs(plan.folder));
+  write_cachedir_tag(c);
   // Phase 1: metadata (a HEAD per file not yet in the snapshot), in parallel.
   std::vector<std::string> missing;
   for (const auto& f : files)
-    if (!path_exists(snapshot + "/" + f)) missing.push_back(f);
+    if (!env->exists(plan.folder + "/" + f)) missing.push_back(f);
   std::vector<std::optional<FileMeta>> metas(missing.size());
   std::mutex mu;
   Status first_error;
@@ -630,29 +480,39 @@ Result<std::string> snapshot_download(const std::string& repo_id, const Snapshot
     for (auto& t : threads) t.join();
   };
   parallel_for(missing.size(), [&](size_t k) -> Status {
-    WL_ASSIGN_OR_RETURN(FileMeta m, head_file(c, repo_id, info->sha, missing[k], nullptr));
+    WL_ASSIGN_OR_RETURN(FileMeta m, head_file(c, repo_id, commit, missing[k], nullptr));
+    m.revision = revision;  // messages name the revision asked for
     metas[k] = std::move(m);
     return Status::Ok();
   });
   if (!first_error.ok()) return first_error;
-  // Phase 2: bytes, largest files first (they take the longest).
-  std::vector<size_t> order(missing.size());
+  // Phase 2: bytes, largest files first (they take the longest); deferred files are left to the caller.
+  std::vector<size_t> order;
   uint64_t total = 0;
-  for (size_t k = 0; k < order.size(); ++k) {
-    order[k] = k;
-    if (!path_exists(storage + "/blobs/" + metas[k]->etag)) total += metas[k]->size;
+  for (size_t k = 0; k < missing.size(); ++k) {
+    if (defer && defer(missing[k]) && !env->exists(storage + "/blobs/" + metas[k]->etag)) {
+      plan.deferred.push_back(*metas[k]);
+      continue;
+    }
+    order.push_back(k);
+    if (!env->exists(storage + "/blobs/" + metas[k]->etag)) total += metas[k]->size;
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return metas[a]->size > metas[b]->size; });
   if (o.progress && total > 0)
-    c.bar = std::make_unique<ProgressBar>("Fetching " + std::to_string(missing.size()) + " files", total, true, stderr, "B");
+    c.bar = std::make_unique<ProgressBar>("Fetching " + std::to_string(order.size()) + " files", total, true, stderr, "B");
   parallel_for(order.size(), [&](size_t i) -> Status {
     const FileMeta& m = *metas[order[i]];
-    WL_RETURN_IF_ERROR(fetch_blob(c, repo_id, m));
-    return link_pointer(storage, info->sha, missing[order[i]], m.etag);
+    WL_RETURN_IF_ERROR(fetch_blob(c, m));
+    return link_pointer(c, storage, commit, m.path, m.etag);
   });
   if (c.bar) c.bar->finish();
   if (!first_error.ok()) return first_error;
-  return snapshot;
+  return plan;
+}
+
+Result<std::string> snapshot_download(const std::string& repo_id, const SnapshotOptions& s, const HubOptions& o) {
+  WL_ASSIGN_OR_RETURN(SnapshotPlan plan, snapshot_download_except(repo_id, s, o, {}));
+  return plan.folder;
 }
 
 }  // namespace wl

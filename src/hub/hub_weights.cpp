@@ -1,7 +1,4 @@
 // vLLM's weight-selection logic on top of the Hub, resolve_model_path, ModelScope.
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -34,74 +31,95 @@ void walk(Env* env, const std::string& folder, const std::string& rel, std::vect
 
 }  // namespace
 
+// The allow-pattern groups download_weights_from_hf tries in turn (each one
+// snapshot_download call): the repository is listed once and reduced to the
+// first pattern that matches a file, or, with "*.safetensors" allowed and an
+// index in the repository, to exactly the files its weight_map names.
+// *listed: whether the listing succeeded (else every pattern is a group).
+Status download_weight_groups(const std::string& model, const std::vector<std::string>& allow_patterns,
+                              const std::string& revision, const HubOptions& o, const std::string& subfolder,
+                              std::vector<std::vector<std::string>>* groups, bool* listed) {
+  groups->clear();
+  for (const auto& p : allow_patterns) groups->push_back({p});
+  *listed = false;
+  const bool wants_st = std::find(allow_patterns.begin(), allow_patterns.end(), "*.safetensors") != allow_patterns.end();
+  // The exact files the index's weight_map names (one group), from the index at `index_path`.
+  auto from_index = [&](const std::string& index_path) -> Status {
+    WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path, 256ull << 20, hub_env(o)));
+    std::set<std::string> wanted;
+    try {
+      json j = json::parse(text);
+      for (const auto& [k, v] : j.at("weight_map").items())
+        if (v.is_string()) wanted.insert(v.get<std::string>());
+    } catch (const std::exception& e) {
+      return Status::Corrupt(std::string("malformed safetensors index: ") + e.what()).with_file(index_path);
+    }
+    groups->clear();
+    if (wanted.empty()) {
+      groups->push_back({"*.safetensors"});
+      return Status::Ok();
+    }
+    std::vector<std::string> g;
+    for (const auto& f : wanted) {
+      WL_RETURN_IF_ERROR(check_repo_path(f));
+      std::string esc;  // exact names: escape the fnmatch metacharacters
+      for (char ch : f) {
+        if (ch == '*' || ch == '?' || ch == '[') esc += std::string("[") + ch + "]";
+        else esc += ch;
+      }
+      g.push_back(subfolder.empty() ? esc : subfolder + "/" + esc);
+    }
+    groups->push_back(std::move(g));
+    return Status::Ok();
+  };
+  if (hub_offline(o)) {
+    // No listing offline; a cached index still narrows the selection to its shards (so files the
+    // download skipped, such as a consolidated copy, do not make the snapshot look incomplete).
+    if (wants_st)
+      if (auto idx = hf_hub_download(model, std::string(kSafetensorsIndexName), revision, o, subfolder); idx.ok())
+        return from_index(*idx);
+    return Status::Ok();
+  }
+  auto tree = list_repo_tree(model, revision, subfolder, /*recursive=*/false, o);
+  if (!tree.ok()) {
+    if (tree.status().message().starts_with("revision not found")) return tree.status();
+    log_line(o, "cannot list the files of " + model + " (" + tree.status().to_string() +
+                    "); trying each allow pattern in turn");
+    return Status::Ok();
+  }
+  *listed = true;
+  std::vector<std::string> names;
+  for (const auto& e : *tree) names.push_back(e.path);
+  const std::string index = (subfolder.empty() ? "" : subfolder + "/") + std::string(kSafetensorsIndexName);
+  if (wants_st && std::find(names.begin(), names.end(), index) != names.end()) {
+    WL_ASSIGN_OR_RETURN(std::string index_path,
+                        hf_hub_download(model, std::string(kSafetensorsIndexName), revision, o, subfolder));
+    return from_index(index_path);
+  }
+  for (const auto& p : allow_patterns)
+    if (!filter_repo_files(names, {p}, {}).empty()) {
+      *groups = {{p}};
+      break;
+    }
+  return Status::Ok();
+}
+
 Result<std::string> download_weights_from_hf(const std::string& model, const std::vector<std::string>& allow_patterns,
                                              const std::string& revision, const std::vector<std::string>& ignore_patterns,
                                              const HubOptions& o, const std::string& subfolder) {
   if (allow_patterns.empty()) return Status::InvalidArgument("download_weights_from_hf: no allow patterns");
   if (use_modelscope()) {
-    HubOptions ms = o;
-    ms.cache_dir = o.cache_dir;
     WL_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::acquire(model, o.cache_dir));
-    if (Env::Default()->exists(model)) return model;
+    if (hub_env(o)->exists(model)) return model;
     SnapshotOptions s;
     s.revision = revision == "main" ? "master" : revision;
     s.allow_patterns = allow_patterns;
     s.ignore_patterns = ignore_patterns;
-    return modelscope_snapshot_download(model, s, ms);
+    return modelscope_snapshot_download(model, s, o);
   }
-  // Each group is one snapshot_download call (vLLM's allow_patterns list).
   std::vector<std::vector<std::string>> groups;
-  for (const auto& p : allow_patterns) groups.push_back({p});
-  if (!hub_offline(o)) {
-    auto tree = list_repo_tree(model, revision, subfolder, /*recursive=*/false, o);
-    if (!tree.ok()) {
-      log_line(o, "cannot list the files of " + model + " (" + tree.status().to_string() +
-                      "); trying each allow pattern in turn");
-    } else {
-      std::vector<std::string> names;
-      for (const auto& e : *tree) names.push_back(e.path);
-      const std::string index = (subfolder.empty() ? "" : subfolder + "/") + std::string(kSafetensorsIndexName);
-      bool has_index = std::find(names.begin(), names.end(), index) != names.end();
-      bool wants_st = std::find(allow_patterns.begin(), allow_patterns.end(), "*.safetensors") != allow_patterns.end();
-      if (wants_st && has_index) {
-        WL_ASSIGN_OR_RETURN(std::string index_path,
-                            hf_hub_download(model, std::string(kSafetensorsIndexName), revision, o, subfolder));
-        WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path, 256ull << 20));
-        std::set<std::string> wanted;
-        try {
-          json j = json::parse(text);
-          for (const auto& [k, v] : j.at("weight_map").items())
-            if (v.is_string()) wanted.insert(v.get<std::string>());
-        } catch (const std::exception& e) {
-          return Status::Corrupt(std::string("malformed safetensors index: ") + e.what()).with_file(index_path);
-        }
-        groups.clear();
-        if (wanted.empty()) {
-          groups.push_back({"*.safetensors"});
-        } else {
-          std::vector<std::string> g;
-          for (const auto& f : wanted) {
-            WL_RETURN_IF_ERROR(check_repo_path(f));
-            // exact names: escape the fnmatch metacharacters
-            std::string esc;
-            for (char ch : f) {
-              if (ch == '*' || ch == '?' || ch == '[') esc += std::string("[") + ch + "]";
-              else esc += ch;
-            }
-            g.push_back(subfolder.empty() ? esc : subfolder + "/" + esc);
-          }
-          groups.push_back(std::move(g));
-        }
-      } else {
-        for (const auto& p : allow_patterns) {
-          if (!filter_repo_files(names, {p}, {}).empty()) {
-            groups = {{p}};
-            break;
-          }
-        }
-      }
-    }
-  }
+  bool listed = false;
+  WL_RETURN_IF_ERROR(download_weight_groups(model, allow_patterns, revision, o, subfolder, &groups, &listed));
   WL_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::acquire(model, o.cache_dir));
   std::string folder;
   for (const auto& g : groups) {
@@ -111,7 +129,7 @@ Result<std::string> download_weights_from_hf(const std::string& model, const std
     s.ignore_patterns = ignore_patterns;
     WL_ASSIGN_OR_RETURN(folder, snapshot_download(model, s, o));
     std::vector<std::string> have;
-    walk(Env::Default(), folder, "", have);
+    walk(hub_env(o), folder, "", have);
     if (g.size() > 1 || !filter_repo_files(have, g, {}).empty()) break;
   }
   return folder;
@@ -131,7 +149,7 @@ Status download_safetensors_index_file_from_hf(const std::string& model, const s
 }
 
 Result<std::string> resolve_model_path(const std::string& path_or_repo, const std::string& revision, const HubOptions& o) {
-  if (Env::Default()->exists(path_or_repo)) return path_or_repo;
+  if (hub_env(o)->exists(path_or_repo)) return path_or_repo;
   if (path_or_repo.empty() || path_or_repo.front() == '/' || path_or_repo.front() == '.')
     return Status::NotFound("no such file or folder").with_file(path_or_repo);
   Status id = check_repo_id(path_or_repo);
@@ -156,17 +174,34 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
   WL_RETURN_IF_ERROR(check_repo_id(model_id));
   if (model_id.find('/') == std::string::npos)
     return Status::InvalidArgument("ModelScope model ids are 'owner/name': '" + model_id + "'");
+  Env* env = hub_env(o);
   const char* home = std::getenv("HOME");
   const char* ms_cache = std::getenv("MODELSCOPE_CACHE");
-  std::string cache = !o.cache_dir.empty() ? o.cache_dir
-                      : (ms_cache && *ms_cache) ? std::string(ms_cache) + "/hub"
-                                                : std::string(home ? home : "/root") + "/.cache/modelscope/hub";
-  const std::string folder = cache + "/models/" + model_id;
+  const std::string cache = !o.cache_dir.empty()        ? o.cache_dir
+                            : (ms_cache && *ms_cache) ? std::string(ms_cache)
+                                                      : std::string(home ? home : "/root") + "/.cache/modelscope";
   const std::string revision = s.revision.empty() ? "master" : s.revision;
+  const std::string owner = model_id.substr(0, model_id.find('/')), name = model_id.substr(model_id.find('/') + 1);
+  auto has_entries = [&](const std::string& dir) {
+    auto e = env->list_dir(dir);
+    return e.ok() && !e->empty();
+  };
+  // modelscope's own layout (modelscope-hub: {cache}/models/{owner}--{name}/snapshots/{revision}),
+  // or a folder of its older layout (dots in the name as "___") that already holds files, which it reuses.
+  std::string legacy_name = name;
+  for (size_t p = legacy_name.find('.'); p != std::string::npos; p = legacy_name.find('.', p + 3))
+    legacy_name.replace(p, 1, "___");
+  std::string folder = cache + "/models/" + owner + "--" + name + "/snapshots/" + revision;
+  for (const std::string& legacy : {cache + "/models/" + owner + "/" + legacy_name, cache + "/hub/models/" + owner + "/" + legacy_name})
+    if (has_entries(legacy)) {
+      folder = legacy;
+      break;
+    }
   bool offline = hub_offline(o);
   if (offline) {
-    if (Env::Default()->is_directory(folder)) return folder;
-    return Status::NotFound("ModelScope model " + model_id + " is not in the local cache and offline mode is on")
+    if (has_entries(folder)) return folder;
+    return Status::NotFound("ModelScope model " + model_id + " (revision " + revision +
+                            ") is not in the local cache and offline mode is on")
         .with_file(folder);
   }
   const char* dom = std::getenv("MODELSCOPE_DOMAIN");
@@ -208,16 +243,16 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
   }
   auto keep = filter_repo_files(names, s.allow_patterns, s.ignore_patterns);
   std::set<std::string> keep_set(keep.begin(), keep.end());
-  WL_RETURN_IF_ERROR(make_dirs(folder));
+  WL_RETURN_IF_ERROR(env->create_dirs(folder));
   for (const auto& f : files) {
     if (!keep_set.count(f.path)) continue;
     const std::string dest = folder + "/" + f.path;
-    if (Env::Default()->exists(dest)) {
-      auto sz = Env::Default()->file_size(dest);
+    if (env->exists(dest)) {
+      auto sz = env->file_size(dest);
       if (sz.ok() && *sz == f.size) continue;
     }
-    WL_RETURN_IF_ERROR(make_dirs(dest.substr(0, dest.rfind('/'))));
-    WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(dest));
+    WL_RETURN_IF_ERROR(env->create_dirs(parent_dir(dest)));
+    WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(dest, 0644, env));
     Sha256 h;
     HttpRequest g;
     g.url = base + "/repo?Revision=" + url_quote(revision, false) + "&FilePath=" + url_quote(f.path, true);

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -403,7 +404,16 @@ class DefaultEnv final : public Env {
  public:
   Env* route(const std::string& path) {
     std::string_view scheme = url_scheme(path);
-    if (scheme.empty()) return &posix_;
+    if (scheme.empty()) {
+      if (!has_overlays_.load(std::memory_order_acquire)) return &posix_;
+      std::lock_guard lk(mu_);
+      for (auto it = overlays_.rbegin(); it != overlays_.rend(); ++it) {
+        const std::string& p = it->first;
+        if (path.size() >= p.size() && path.compare(0, p.size(), p) == 0 && (path.size() == p.size() || path[p.size()] == '/'))
+          return it->second;
+      }
+      return &posix_;
+    }
     std::lock_guard lk(mu_);
     for (auto& [name, env] : schemes_)
       if (name == scheme) return env;
@@ -418,6 +428,17 @@ class DefaultEnv final : public Env {
       }
     schemes_.emplace_back(std::move(scheme), env);
   }
+  void add_overlay(std::string prefix, Env* env) {
+    std::lock_guard lk(mu_);
+    overlays_.emplace_back(std::move(prefix), env);
+    has_overlays_ = true;
+  }
+  void remove_overlay(const std::string& prefix, Env* env) {
+    std::lock_guard lk(mu_);
+    std::erase_if(overlays_, [&](const auto& o) { return o.first == prefix && o.second == env; });
+    has_overlays_ = !overlays_.empty();
+  }
+  Env* posix() { return &posix_; }
 
   Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& o) override {
     WL_ASSIGN_OR_RETURN(Env * e, routed(path));
@@ -464,6 +485,10 @@ class DefaultEnv final : public Env {
     WL_ASSIGN_OR_RETURN(Env * e, routed(path));
     return e->sync_dir(path);
   }
+  Status wait_complete(const std::string& path) override {
+    Env* e = route(path);
+    return e ? e->wait_complete(path) : Status();
+  }
 
  private:
   Result<Env*> routed(const std::string& path) {
@@ -476,6 +501,8 @@ class DefaultEnv final : public Env {
   PosixEnv posix_;
   std::mutex mu_;
   std::vector<std::pair<std::string, Env*>> schemes_;
+  std::vector<std::pair<std::string, Env*>> overlays_;
+  std::atomic<bool> has_overlays_{false};
 };
 
 DefaultEnv& default_env() {
@@ -523,6 +550,9 @@ std::string_view url_scheme(std::string_view path) {
 }
 
 void register_url_scheme(std::string scheme, Env* env) { default_env().add(std::move(scheme), env); }
+void add_path_overlay(std::string prefix, Env* env) { default_env().add_overlay(std::move(prefix), env); }
+void remove_path_overlay(const std::string& prefix, Env* env) { default_env().remove_overlay(prefix, env); }
+Env* local_env() { return default_env().posix(); }
 
 Result<std::string> read_file_to_string(const std::string& path, uint64_t max_bytes, Env* env) {
   WL_ASSIGN_OR_RETURN(auto f, env->open(path, {.mode = FileMode::kPread}));

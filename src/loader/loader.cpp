@@ -56,7 +56,19 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
       s = dec->prefetch ? Strategy::kPrefetch : Strategy::kLazy;
     }
   }
-  return engine::run_load(files, s, o, sink);
+  auto r = engine::run_load(files, s, o, sink);
+  if (!r.ok()) {
+    // A file that a source is still writing may have failed to parse because its bytes are wrong:
+    // the source's verdict (a hash mismatch naming the file) is the cause to report.
+    const Status& st = r.status();
+    if (!st.file().empty() && st.code() != Code::kCancelled)
+      if (Status v = o.env->wait_complete(st.file()); !v.ok()) return v;
+    return r;
+  }
+  LoadStats stats = *r;
+  // Files a source was still writing (a Hub download) are final only once it says so.
+  for (const auto& f : files) WL_RETURN_IF_ERROR(o.env->wait_complete(f));
+  return stats;
 }
 
 }  // namespace wl

@@ -2,7 +2,7 @@
 """A loopback Hugging Face Hub-protocol server for weightlift's tests (stdlib only).
 
 Serves repositories from a local folder, as the Hub's HTTP API and `resolve`
-endpoint look to `huggingface_hub` 0.27:
+endpoint look to `huggingface_hub` (0.27 and 2.x both work against it):
 
   ROOT/{org}/{name}/{revision}/...files     one folder per branch or tag
   ROOT/{org}/{name}/.gated                  the repository is gated (needs the token)

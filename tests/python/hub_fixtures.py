@@ -13,6 +13,35 @@ from hubserver import HubServer  # noqa: E402
 CLI = os.environ.get("WEIGHTLIFT_CLI") or os.path.join(HERE, "..", "..", "build", "bin", "weightlift")
 TOKEN = "hf_wltesttoken_" + "x" * 20
 
+# huggingface_hub releases the interop tests run against: the pinned one in the
+# venv (requirements-dev.txt) and the current one that scripts/setup installs
+# into .venv/hf2 (requirements-hub2.txt), seen through PYTHONPATH.
+HF2_DIR = os.path.join(HERE, "..", "..", ".venv", "hf2")
+HF_RELEASES = {"hf0.27": {}, "hf2": {"PYTHONPATH": os.path.abspath(HF2_DIR)}}
+
+
+def hf_release_available(name):
+    if name == "hf2":
+        return os.path.isdir(os.path.join(HF2_DIR, "huggingface_hub"))
+    try:
+        import huggingface_hub  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def hf_python(code, env, release="hf0.27", check=True):
+    """Runs `code` in a fresh interpreter that imports the given huggingface_hub release."""
+    e = dict(os.environ)
+    e.pop("HF_TOKEN", None)
+    e.update(HF_RELEASES[release])
+    e.update(env)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=300)
+    if check:
+        assert r.returncode == 0, r.stderr
+        return r.stdout.strip()
+    return r
+
 
 def write_repo(root, repo_id, revision, files, gated=False, extra_names=None):
     base = os.path.join(root, repo_id)
@@ -54,7 +83,7 @@ def check_cache_clean(cache):
         if not dirpath.endswith("blobs"):
             continue
         for n in names:
-            if "." in n:  # .incomplete / .wlparts: partial by name, never linked
+            if "." in n:  # {etag}.{uuid}.incomplete and its .ranges journal: partial by name, never linked
                 continue
             with open(os.path.join(dirpath, n), "rb") as f:
                 data = f.read()

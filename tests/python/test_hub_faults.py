@@ -93,9 +93,8 @@ def test_kill_9_mid_download_then_resume(server, tmp_path, split):
             for n in os.listdir(blobs):
                 if not n.startswith(hashlib.sha256(BIG).hexdigest()):
                     continue
-                # single stream: bytes in .incomplete; ranged: a finished chunk in the journal
-                if (n.endswith(".incomplete") and os.path.getsize(blobs / n) > 0) or (
-                        n.endswith(".wlparts.done") and len(open(blobs / n).read().split()) > 1):
+                # "{etag}.{8 hex}.incomplete" with a journal of arrived ranges beside it
+                if n.endswith(".incomplete.ranges") and len(open(blobs / n).read().splitlines()) > 2:
                     partial = blobs / n
         if partial is not None and server.stats()["bytes"].get("big.safetensors", 0) > (1 << 20):
             break
@@ -176,7 +175,7 @@ def test_missing_repo_is_a_clear_error(server, tmp_path):
 
 
 def test_resumes_a_partial_file_left_by_huggingface_hub(server, tmp_path):
-    # huggingface_hub leaves "{etag}.incomplete" holding a prefix; we continue it with Range.
+    # huggingface_hub 0.x leaves "{etag}.incomplete" holding a prefix; we continue it with Range.
     cache = tmp_path / "c"
     blobs = cache / "models--org--m" / "blobs"
     blobs.mkdir(parents=True)
@@ -188,3 +187,14 @@ def test_resumes_a_partial_file_left_by_huggingface_hub(server, tmp_path):
     snapshot_ok(r.stdout)
     assert server.stats()["bytes"]["big.safetensors"] == len(BIG) - len(BIG) // 3
     assert not (blobs / (etag + ".incomplete")).exists()
+    assert sorted(os.listdir(blobs)) == sorted([etag, hashlib.sha1(b"blob %d\0" % len(SMALL) + SMALL).hexdigest(),
+                                                "9e26dfeeb6e641a33dae4961196235bdb965b21b"])  # no partial, no journal
+
+
+@pytest.mark.parametrize("split", [False, True], ids=["single", "ranged"])
+def test_wrong_etag_message_names_the_repository_file_and_revision(server, tmp_path, split):
+    server.set_fault("corrupt", count=1000, path="big.safetensors")
+    r = dl(server, tmp_path / "c", *(SPLIT if split else []))
+    assert r.returncode == 1
+    assert "big.safetensors in org/m (revision main) do not match the ETag" in r.stderr, r.stderr
+    assert ".incomplete" not in r.stderr and "sig=" not in r.stderr and "/blobs/" not in r.stderr, r.stderr

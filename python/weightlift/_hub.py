@@ -1,0 +1,181 @@
+"""The Hugging Face Hub and ModelScope: the reference's helpers, and loading
+a repository's weights while they download.
+
+    from weightlift import hub_weights_iterator
+    for name, tensor in hub_weights_iterator("org/model"):   # one pass: download + load
+        ...
+
+    folder = download_weights_from_hf("org/model", None, ["*.safetensors"], load_while_downloading=True)
+    for name, tensor in stream_weights(folder, "stream"):  # the files are readable while they arrive
+        ...
+
+The files of such a folder are served through the engine's Env (a path
+overlay on the snapshot folder), so every iterator that reads through the
+engine sees them at once; plain os/open calls see each file only once its
+blob is verified and linked.
+
+Everything runs in the C++ engine (include/weightlift/hub.h: HubSource); this
+module is the Python face. A blob whose bytes do not match its ETag fails the
+load (CorruptDataError naming the repository, the file and the revision) even
+when tensors were already handed over.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections.abc import Generator
+
+import torch
+
+from . import _core
+from ._tensors import to_torch
+
+logger = logging.getLogger(__name__)
+
+
+def _offline() -> bool | None:
+    """huggingface_hub's HF_HUB_OFFLINE when it is installed (the reference reads it there), else None:
+    the engine reads $HF_HUB_OFFLINE itself."""
+    try:
+        import huggingface_hub.constants as c
+    except ImportError:
+        return None
+    return bool(c.HF_HUB_OFFLINE)
+
+
+def _log(lines) -> None:
+    for line in lines:
+        if line.startswith("warning: "):
+            logger.warning("%s", line[len("warning: "):])
+        else:
+            logger.info("%s", line)
+
+
+def enable_xet_high_performance() -> None:
+    """The reference's switch: huggingface_hub's Xet high-performance mode, unless
+    HF_XET_HIGH_PERFORMANCE is set in the environment (then the user decides)."""
+    if "HF_XET_HIGH_PERFORMANCE" in os.environ:
+        return
+    try:
+        import huggingface_hub.constants
+    except ImportError:
+        return  # nothing to switch on: weightlift's own downloads do not use Xet
+    huggingface_hub.constants.HF_XET_HIGH_PERFORMANCE = True
+
+
+def _use_modelscope() -> bool:
+    return os.environ.get("VLLM_USE_MODELSCOPE", "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def maybe_download_from_modelscope(
+    model: str,
+    revision: str | None = None,
+    download_dir: str | None = None,
+    ignore_patterns: str | list[str] | None = None,
+    allow_patterns: list[str] | str | None = None,
+) -> str | None:
+    """With VLLM_USE_MODELSCOPE set, downloads `model` from ModelScope (under the
+    model's lock, get_lock) into the layout modelscope's own client reads offline,
+    and returns its folder; an existing local path is returned as is. Without
+    VLLM_USE_MODELSCOPE: None."""
+    if not _use_modelscope():
+        return None
+    from .weight_utils import get_lock
+
+    as_list = lambda p: [p] if isinstance(p, str) else list(p or [])  # noqa: E731
+    with get_lock(model, download_dir):
+        if os.path.exists(model):
+            return model
+        folder, lines = _core.modelscope_snapshot_download(
+            model, revision or "master", os.fspath(download_dir) if download_dir else "", as_list(allow_patterns),
+            as_list(ignore_patterns), _offline())
+    _log(lines)
+    return folder
+
+
+# Sources of download_weights_from_hf(load_while_downloading=True): alive until
+# their blobs are final (a background thread waits for them), so the folder's
+# weights stay readable through the engine while they arrive.
+_sources: dict[tuple[str, str, str], _core.HubSource] = {}
+_sources_lock = threading.Lock()
+
+
+def _keep_until_final(key, source) -> None:
+    def wait():
+        try:
+            source.finish()
+        except Exception as e:  # the loads that read the files report it themselves
+            logger.warning("%s", e)
+        finally:
+            _log(source.logs())
+
+    threading.Thread(target=wait, name="weightlift-hub-" + key[0], daemon=True).start()
+
+
+def hub_source(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> _core.HubSource:
+    """Starts loading-while-downloading `repo_id` (HubSource in hub.h): returns at
+    once with .folder, .weight_files and .pending; while the source lives, the
+    weight files are readable through every weightlift loader as they arrive;
+    .finish() blocks until every blob is verified and linked (raises otherwise)."""
+    source = _core.HubSource(repo_id, revision or "main", os.fspath(cache_dir) if cache_dir else "", _offline())
+    _log(source.logs())
+    return source
+
+
+def hub_weights_iterator(
+    repo_id: str,
+    revision: str | None = None,
+    cache_dir: str | None = None,
+    *,
+    strategy: str = "stream",
+    max_queued_bytes: int = 1 << 30,
+    **engine,
+) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """(name, tensor) for every weight of a Hub repository, loaded while it
+    downloads: ranged parallel GETs fill the cache and the tensors in one pass,
+    each tensor yielded once its bytes arrived. The cache ends exactly as a
+    plain download leaves it. Raises at the end (CorruptDataError naming the
+    file) when a blob does not match its ETag, even after its tensors were
+    yielded. `engine`: the loader's options (threads, block_size, max_memory...)."""
+    source = hub_source(repo_id, revision, cache_dir)
+    stream = _core.Stream(source.weight_files, strategy, max_queued_bytes, engine)
+    try:
+        for name, file, dtype, shape, data in stream:
+            yield name, to_torch(dtype, shape, data, name, file)
+    finally:
+        stream.close()
+    source.finish()
+    _log(source.logs())
+
+
+def download_weights_from_hf(
+    model_name_or_path: str,
+    cache_dir: str | None,
+    allow_patterns: list[str],
+    revision: str | None = None,
+    subfolder: str | None = None,
+    ignore_patterns: str | list[str] | None = None,
+    *,
+    load_while_downloading: bool = False,
+) -> str:
+    """The reference's download_weights_from_hf; with load_while_downloading=True
+    it returns the snapshot folder at once while the weights download in the
+    background, readable by the safetensors iterators as they arrive (a load
+    through the engine fails at its end if a blob does not verify). The
+    repository's own choice of weights is used then (as `weightlift load REPO`
+    picks them: index, else *.safetensors, *.bin, *.pt)."""
+    from . import weight_utils
+
+    if not load_while_downloading or subfolder or ignore_patterns or _use_modelscope():
+        return weight_utils.download_weights_from_hf(model_name_or_path, cache_dir, allow_patterns, revision,
+                                                     subfolder, ignore_patterns)
+    key = (model_name_or_path, revision or "main", os.fspath(cache_dir) if cache_dir else "")
+    with _sources_lock:
+        source = _sources.get(key)
+        if source is None:
+            source = hub_source(model_name_or_path, revision, cache_dir)
+            if source.pending:
+                _sources[key] = source
+                _keep_until_final(key, source)
+    return source.folder

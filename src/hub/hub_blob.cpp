@@ -1,0 +1,419 @@
+// BlobFetch: one blob brought into the cache by ranged GETs, resumable,
+// hashed in order as its chunks arrive, renamed into place once verified.
+// Every write goes through the Env (so fault injection covers it).
+#include <openssl/evp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "hub/hub_internal.h"
+#include "weightlift/lock.h"
+
+namespace wl {
+
+// SHA-256 (LFS files) or git blob SHA-1 (the others), chosen by the ETag's length.
+struct BlobFetch::Hasher {
+  EVP_MD_CTX* ctx = EVP_MD_CTX_new();
+  int kind = 0;  // 256, 1, or 0 (an ETag we cannot check)
+  Hasher(const std::string& etag, uint64_t size) {
+    kind = etag.size() == 64 ? 256 : etag.size() == 40 ? 1 : 0;
+    if (kind == 256) EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    if (kind == 1) {
+      EVP_DigestInit_ex(ctx, EVP_sha1(), nullptr);
+      std::string prefix = "blob " + std::to_string(size);
+      EVP_DigestUpdate(ctx, prefix.data(), prefix.size() + 1);  // with the NUL
+    }
+  }
+  ~Hasher() { EVP_MD_CTX_free(ctx); }
+  Hasher(const Hasher&) = delete;
+  Hasher& operator=(const Hasher&) = delete;
+  void update(const void* p, size_t n) {
+    if (kind) EVP_DigestUpdate(ctx, p, n);
+  }
+  std::string hex() {
+    if (!kind) return {};
+    unsigned char md[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx, md, &n);
+    return fmt::format("{:02x}", fmt::join(md, md + n, ""));
+  }
+};
+
+namespace {
+
+std::string random_hex8() {
+  static std::atomic<uint64_t> counter{0};
+  std::mt19937_64 rng(std::random_device{}() ^ counter.fetch_add(1) ^
+                      static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count()));
+  return fmt::format("{:08x}", static_cast<uint32_t>(rng()));
+}
+
+constexpr std::string_view kJournalMagic = "weightlift-ranges 1";
+constexpr uint64_t kJournalEvery = 1 << 20;  // bytes between journal saves within a chunk
+
+// "{etag}.incomplete" (huggingface_hub 0.x) or "{etag}.{anything}.incomplete" (2.x, ours).
+bool is_partial_of(const std::string& name, const std::string& etag) {
+  return name.size() > etag.size() + 1 && name.compare(0, etag.size() + 1, etag + ".") == 0 &&
+         name.ends_with(".incomplete");
+}
+
+}  // namespace
+
+std::string blob_lock_path(const HubCtx& c, const std::string& repo_id, const std::string& etag) {
+  return c.cache + "/.locks/" + repo_folder_name(repo_id, c.o.repo_type) + "/" + etag + ".lock";
+}
+
+Result<std::unique_ptr<BlobFetch>> BlobFetch::open(HubCtx& c, const FileMeta& m, uint64_t chunk_bytes) {
+  std::unique_ptr<BlobFetch> b(new BlobFetch(c, m));
+  WL_RETURN_IF_ERROR(b->start(std::max<uint64_t>(chunk_bytes, 1)));
+  return b;
+}
+
+BlobFetch::BlobFetch(HubCtx& c, FileMeta m) : c_(c), m_(std::move(m)) {}
+
+BlobFetch::~BlobFetch() {
+  if (out_) (void)out_->close();
+}
+
+Status BlobFetch::start(uint64_t chunk_bytes) {
+  Env* env = c_.env;
+  const std::string blobs = c_.storage(m_.repo_id) + "/blobs";
+  blob_ = blobs + "/" + m_.etag;
+  WL_RETURN_IF_ERROR(env->create_dirs(blobs));
+  // Adopt an earlier run's partial file (the caller holds the blob lock, so
+  // nobody who honours it is writing one): ours carries a journal of arrived
+  // ranges; one without a journal was written front to back (huggingface_hub
+  // in either naming, or our own before its journal existed) and holds a prefix.
+  std::string adopt, adopt_journal;
+  uint64_t adopt_size = 0;
+  if (auto entries = env->list_dir(blobs); entries.ok()) {
+    for (const auto& e : *entries) {
+      if (e.is_dir || !is_partial_of(e.name, m_.etag)) continue;
+      const bool has_journal = env->exists(blobs + "/" + e.name + ".ranges");
+      const bool better = adopt.empty() || (has_journal && adopt_journal.empty()) ||
+                          (has_journal == !adopt_journal.empty() && e.size > adopt_size);
+      if (better) {
+        adopt = blobs + "/" + e.name;
+        adopt_journal = has_journal ? adopt + ".ranges" : "";
+        adopt_size = e.size;
+      }
+    }
+    for (const auto& e : *entries)  // a journal whose partial file is gone is stale
+      if (e.name.ends_with(".incomplete.ranges") && is_partial_of(e.name.substr(0, e.name.size() - 7), m_.etag) &&
+          !env->exists(blobs + "/" + e.name.substr(0, e.name.size() - 7)))
+        (void)env->remove(blobs + "/" + e.name);
+  }
+  partial_ = adopt.empty() ? blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete" : adopt;
+  journal_ = partial_ + ".ranges";
+
+  const uint64_t n = m_.size == 0 ? 0 : (m_.size + chunk_bytes - 1) / chunk_bytes;
+  chunks_.resize(n);
+  for (uint64_t i = 0; i < n; ++i) {
+    chunks_[i].begin = i * chunk_bytes;
+    chunks_[i].end = std::min(m_.size, (i + 1) * chunk_bytes);
+  }
+  auto mark = [&](uint64_t a, uint64_t b) {  // bytes [a, b) arrived
+    for (auto& ch : chunks_)
+      if (a <= ch.begin + ch.have && b > ch.begin + ch.have) ch.have = std::min(b, ch.end) - ch.begin;
+  };
+  if (!adopt.empty() && !adopt_journal.empty()) {
+    auto text = read_file_to_string(adopt_journal, 16 << 20, env);
+    std::istringstream in(text.ok() ? *text : std::string());
+    std::string magic_line;
+    std::getline(in, magic_line);
+    std::string etag;
+    uint64_t size = 0;
+    if (magic_line == kJournalMagic && (in >> etag >> size) && etag == m_.etag && size == m_.size && adopt_size == size) {
+      uint64_t a = 0, b = 0;
+      while (in >> a >> b)
+        if (a < b && b <= m_.size) mark(a, b);
+    }
+  } else if (!adopt.empty() && adopt_size <= m_.size) {
+    mark(0, adopt_size);
+  }
+  for (auto& ch : chunks_)
+    if (ch.have == ch.end - ch.begin) ++arrived_;
+  hasher_ = std::make_unique<Hasher>(m_.etag, m_.size);
+  // The journal exists before the partial file takes its full size: a partial
+  // file without one is always a prefix.
+  WL_RETURN_IF_ERROR(save_journal_locked());
+  WL_ASSIGN_OR_RETURN(out_, env->new_writable(partial_, {.mode = 0666, .truncate = false}));
+  WL_ASSIGN_OR_RETURN(uint64_t cur, out_->size());
+  if (cur != m_.size) WL_RETURN_IF_ERROR(out_->truncate(m_.size));
+  WL_ASSIGN_OR_RETURN(in_, env->open(partial_, {.mode = FileMode::kPread}));
+  uint64_t resumed = 0;
+  for (auto& ch : chunks_) resumed += ch.have;
+  if (resumed) c_.add_progress(resumed);
+  return Status::Ok();
+}
+
+Status BlobFetch::save_journal_locked() {
+  std::string text = fmt::format("{}\n{} {}\n", kJournalMagic, m_.etag, m_.size);
+  for (const auto& ch : chunks_)
+    if (ch.have) text += fmt::format("{} {}\n", ch.begin, ch.begin + ch.have);
+  // Rewritten in place, unsynced: a torn journal reads as "nothing arrived",
+  // and the final hash check catches whatever a power loss could mix up.
+  WL_ASSIGN_OR_RETURN(auto f, c_.env->new_writable(journal_, {.mode = 0644, .truncate = true}));
+  WL_RETURN_IF_ERROR(f->append(text));
+  return f->close();
+}
+
+std::optional<BlobFetch::Range> BlobFetch::claim(bool run) {
+  std::lock_guard lk(mu_);
+  if (!error_.ok()) return std::nullopt;
+  for (size_t k = 0; k < chunks_.size(); ++k) {
+    Chunk& ch = chunks_[k];
+    if (ch.claimed || ch.have == ch.end - ch.begin) continue;
+    ch.claimed = true;
+    Range r{k, k};
+    while (run && r.last + 1 < chunks_.size() && !chunks_[r.last + 1].claimed && chunks_[r.last + 1].have == 0)
+      chunks_[++r.last].claimed = true;
+    return r;
+  }
+  return std::nullopt;
+}
+
+void BlobFetch::chunk_arrived_locked(size_t k, std::unique_lock<std::mutex>& lk) {
+  Chunk& ch = chunks_[k];
+  ch.have = ch.end - ch.begin;
+  ch.claimed = false;
+  ++arrived_;
+  Status s = save_journal_locked();
+  if (!s.ok() && error_.ok()) error_ = s;
+  cv_.notify_all();
+  advance_hash(lk);
+}
+
+// Hashes chunks in order as far as they have arrived (one thread at a time;
+// the others leave it to the one hashing).
+void BlobFetch::advance_hash(std::unique_lock<std::mutex>& lk) {
+  if (hashing_) return;
+  hashing_ = true;
+  std::vector<std::byte> buf;
+  while (hashed_ < chunks_.size() && chunks_[hashed_].have == chunks_[hashed_].end - chunks_[hashed_].begin &&
+         error_.ok()) {
+    const Chunk ch = chunks_[hashed_];
+    lk.unlock();
+    Status s;
+    buf.resize(std::min<uint64_t>(ch.end - ch.begin, 4 << 20));
+    for (uint64_t off = ch.begin; off < ch.end && s.ok();) {
+      const size_t len = static_cast<size_t>(std::min<uint64_t>(buf.size(), ch.end - off));
+      s = in_->read_at(off, std::span(buf.data(), len));
+      if (s.ok()) hasher_->update(buf.data(), len);
+      off += len;
+    }
+    lk.lock();
+    if (!s.ok()) {
+      if (error_.ok()) error_ = s;
+      break;
+    }
+    ++hashed_;
+  }
+  hashing_ = false;
+  cv_.notify_all();
+}
+
+Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) {
+  uint64_t pos, end;
+  {
+    std::lock_guard lk(mu_);
+    pos = chunks_[r.first].begin + chunks_[r.first].have;
+    end = chunks_[r.last].end;
+  }
+  size_t k = r.first;  // the chunk `pos` is in
+  const std::string where = m_.location.substr(0, m_.location.find('?'));
+  auto release = [&](Status s) {  // unclaims what did not arrive
+    std::lock_guard lk(mu_);
+    for (size_t i = k; i <= r.last; ++i) chunks_[i].claimed = false;
+    cv_.notify_all();
+    return s;
+  };
+  int stalls = 0;
+  uint64_t saved = pos;
+  while (pos < end) {
+    HttpRequest req;
+    req.url = m_.location;
+    req.headers = c_.headers(!m_.cross_host);
+    const bool whole = pos == 0 && end == m_.size;
+    if (!whole) {
+      req.headers.emplace_back("Range", fmt::format("bytes={}-{}", pos, end - 1));
+      req.expect_status = 206;
+    }
+    BodySink sink = [&](std::span<const std::byte> d) -> Status {
+      if (cancelled_) return Status::Cancelled("download stopped");
+      if (pos + d.size() > end) return Status::Corrupt("the server sent more bytes than asked for from " + where);
+      WL_RETURN_IF_ERROR(out_->write_at(pos, d));
+      if (!dst.empty()) {  // the part that falls into the caller's buffer
+        const uint64_t a = std::max(pos, dst_offset), b = std::min(pos + d.size(), dst_offset + dst.size());
+        if (a < b) std::memcpy(dst.data() + (a - dst_offset), d.data() + (a - pos), static_cast<size_t>(b - a));
+      }
+      pos += d.size();
+      c_.add_progress(d.size());
+      std::unique_lock lk(mu_);
+      while (k <= r.last && pos >= chunks_[k].end) {
+        chunk_arrived_locked(k++, lk);
+        saved = pos;
+      }
+      if (k <= r.last) {
+        chunks_[k].have = pos - chunks_[k].begin;
+        if (pos - saved >= kJournalEvery) {  // a killed process resumes within a MiB of where it was
+          saved = pos;
+          if (Status js = save_journal_locked(); !js.ok() && error_.ok()) error_ = js;
+        }
+      }
+      return error_;
+    };
+    uint64_t delivered = 0;
+    auto resp = c_.http.get(req, sink, &delivered);
+    if (resp.ok() && resp->status < 300 && resp->status != (whole ? 200 : 206))
+      return release(Status::Unavailable("the server ignored a Range request for " + where));
+    if (resp.ok() && resp->status >= 300) return release(status_from_response(*resp, m_.location));
+    if (pos >= end) break;
+    if (!resp.ok()) {
+      Status s = std::move(resp).status();
+      // A local failure (disk full, cancelled) or a request that got nothing
+      // after the client's own retries: give up. A body cut short: resume.
+      if (s.code() != Code::kUnavailable || delivered == 0) return release(s);
+    }
+    if (delivered > 0) stalls = 0;
+    else if (++stalls >= c_.o.http.retry.max_attempts)
+      return release(Status::Unavailable(fmt::format("download of {} stalled at byte {} of {}", where, pos, m_.size)));
+    c_.log(fmt::format("connection dropped at byte {} of {}; resuming {}", pos, m_.path, where));
+  }
+  return release(Status::Ok());
+}
+
+Status BlobFetch::copy_out(uint64_t offset, std::span<std::byte> dst) const { return in_->read_at(offset, dst); }
+
+Status BlobFetch::read(uint64_t offset, std::span<std::byte> dst) {
+  if (offset > m_.size || dst.size() > m_.size - offset)
+    return Status::OutOfRange(fmt::format("read of {} bytes at offset {} past the end ({} bytes)", dst.size(), offset,
+                                          m_.size));
+  const uint64_t end = offset + dst.size();
+  for (size_t k = 0; k < chunks_.size() && offset < end; ++k) {
+    const uint64_t cb = chunks_[k].begin, ce = chunks_[k].end;
+    if (ce <= offset) continue;
+    const uint64_t a = offset, b = std::min(end, ce);
+    auto part = dst.subspan(static_cast<size_t>(a - (end - dst.size())), static_cast<size_t>(b - a));
+    std::unique_lock lk(mu_);
+    for (;;) {
+      if (!error_.ok()) return error_;
+      Chunk& ch = chunks_[k];
+      if (ch.have == ce - cb || cb + ch.have >= b) {  // arrived (as far as this read needs)
+        lk.unlock();
+        WL_RETURN_IF_ERROR(copy_out(a, part));
+        break;
+      }
+      if (!ch.claimed) {  // nobody fetches it: fetch it here, straight into the caller's buffer too
+        ch.claimed = true;
+        const uint64_t had = cb + ch.have;
+        lk.unlock();
+        Status s = fetch({k, k}, a, part);
+        if (!s.ok()) {
+          fail(s);
+          return s;
+        }
+        if (had > a) WL_RETURN_IF_ERROR(copy_out(a, part.first(static_cast<size_t>(std::min(had, b) - a))));
+        break;
+      }
+      cv_.wait(lk);
+    }
+    offset = b;
+  }
+  return Status::Ok();
+}
+
+void BlobFetch::fail(Status s) {
+  std::lock_guard lk(mu_);
+  if (error_.ok()) error_ = std::move(s);
+  cv_.notify_all();
+}
+
+bool BlobFetch::failed() const {
+  std::lock_guard lk(mu_);
+  return !error_.ok();
+}
+
+void BlobFetch::cancel() {
+  cancelled_ = true;
+  fail(Status::Cancelled("download of " + m_.path + " stopped"));
+}
+
+Status BlobFetch::finish() {
+  std::unique_lock lk(mu_);
+  if (finished_) return final_;
+  cv_.wait(lk, [&] { return !error_.ok() || arrived_ == chunks_.size(); });
+  if (error_.ok()) advance_hash(lk);  // when every chunk was there from the start
+  cv_.wait(lk, [&] { return !error_.ok() || (!hashing_ && hashed_ == chunks_.size()); });
+  finished_ = true;
+  if (error_.ok()) final_ = verify_and_commit();
+  else if (error_.code() == Code::kCancelled) final_ = error_;
+  else  // name the repository, the file and the revision, not the partial file or a CDN URL
+    final_ = Status(error_.code(), fmt::format("cannot download {} of {} (revision {}): {}", m_.path, m_.repo_id,
+                                               m_.revision, error_.message()));
+  if (!final_.ok() && error_.code() == Code::kIoError) final_.with_file(error_.file());  // the disk's failure: where
+  cv_.notify_all();
+  return final_;
+}
+
+Status BlobFetch::verify_and_commit() {
+  Env* env = c_.env;
+  const std::string got = hasher_->hex();
+  if (hasher_->kind && got != m_.etag) {
+    (void)out_->close();
+    out_.reset();
+    (void)env->remove(partial_);
+    (void)env->remove(journal_);
+    return Status::Corrupt(fmt::format(
+        "downloaded bytes of {} in {} (revision {}) do not match the ETag {} (got {}); the partial download was deleted",
+        m_.path, m_.repo_id, m_.revision, m_.etag, got));
+  }
+  WL_RETURN_IF_ERROR(out_->sync());
+  WL_RETURN_IF_ERROR(out_->close());
+  out_.reset();
+  WL_RETURN_IF_ERROR(env->rename(partial_, blob_));
+  (void)env->remove(journal_);
+  (void)env->sync_dir(parent_dir(blob_));
+  return Status::Ok();
+}
+
+Status fetch_blob(HubCtx& c, const FileMeta& m) {
+  Env* env = c.env;
+  const std::string blob = c.storage(m.repo_id) + "/blobs/" + m.etag;
+  if (env->exists(blob)) return Status::Ok();
+  WL_RETURN_IF_ERROR(env->create_dirs(parent_dir(blob)));
+  // Per-blob lock in .locks/, as huggingface_hub takes it (flock), so the two tools exclude each other.
+  CrossProcessLock lock(blob_lock_path(c, m.repo_id, m.etag));
+  WL_RETURN_IF_ERROR(lock.acquire());
+  if (env->exists(blob)) return Status::Ok();  // another process (ours or huggingface_hub) finished it meanwhile
+  const bool parallel = m.size >= c.o.parallel_min_bytes && c.o.connections_per_file > 1;
+  const uint64_t chunk = std::max<uint64_t>(c.o.chunk_bytes, 1 << 20);
+  Status s;
+  for (int attempt = 0; attempt < 2; ++attempt) {  // one fresh retry after a checksum mismatch
+    WL_ASSIGN_OR_RETURN(auto bf, BlobFetch::open(c, m, chunk));
+    auto worker = [&] {
+      while (auto r = bf->claim(/*run=*/!parallel)) {
+        Status st = bf->fetch(*r);
+        if (!st.ok()) return bf->fail(std::move(st));
+      }
+    };
+    const uint64_t nchunks = (m.size + chunk - 1) / chunk;
+    const int nthreads = parallel ? static_cast<int>(std::min<uint64_t>(c.o.connections_per_file, nchunks)) : 1;
+    std::vector<std::thread> threads;
+    for (int i = 1; i < nthreads; ++i) threads.emplace_back(worker);
+    worker();
+    for (auto& t : threads) t.join();
+    s = bf->finish();
+    if (s.ok() || s.code() != Code::kCorruptData || attempt == 1) break;
+    c.log(s.message() + "; downloading it again");
+  }
+  return s;
+}
+
+}  // namespace wl
