@@ -39,5 +39,6 @@ from .weight_utils import (  # noqa: F401
     stream_weights,
 )
 from ._core import find_weight_files, peak_rss_bytes  # noqa: F401
+from ._gpu import fastsafetensors_weights_iterator, instanttensor_weights_iterator  # noqa: F401
 
 __version__ = "0.1.0"
