@@ -103,6 +103,11 @@ Status PendingCopies::wait() {
   cv_.wait(lk, [&] { return n_ <= 0; });
   return first_;
 }
+void PendingCopies::reset() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return n_ <= 0; });
+  first_ = Status();
+}
 
 TensorView view_of(const PlannedTensor& t, const Region& r) {
   return TensorView(t.dtype, t.shape, std::span<const std::byte>(r.data, r.size), r.owner, r.device);

@@ -53,12 +53,15 @@ class Delivery {
   std::map<uint64_t, Held> held_;  // ordered: finished, waiting for their predecessors
 };
 
-// Counts asynchronous copies still in flight; the first error wins.
+// Counts asynchronous copies still in flight; the first error wins. (Also
+// the GPU uploader's count of one load's submissions, src/gpu/ring.h.)
 class PendingCopies {
  public:
   void add(int n = 1);
   void done(const Status& s);
   Status wait();
+  // Waits, then forgets the error.
+  void reset();
 
  private:
   std::mutex mu_;

@@ -50,31 +50,6 @@ uint32_t Ring::free_slots() const {
   return static_cast<uint32_t>(free_.size());
 }
 
-// ---- UploadTracker --------------------------------------------------------------------
-
-void UploadTracker::add() {
-  std::lock_guard lk(mu_);
-  ++in_flight_;
-}
-
-void UploadTracker::finish(const Status& s) {
-  std::lock_guard lk(mu_);
-  if (!s.ok() && first_.ok()) first_ = s;
-  if (--in_flight_ == 0) cv_.notify_all();
-}
-
-Status UploadTracker::wait() {
-  std::unique_lock lk(mu_);
-  cv_.wait(lk, [&] { return in_flight_ == 0; });
-  return first_;
-}
-
-void UploadTracker::reset() {
-  std::unique_lock lk(mu_);
-  cv_.wait(lk, [&] { return in_flight_ == 0; });
-  first_ = Status();
-}
-
 // ---- Copier ------------------------------------------------------------------------------
 
 Result<std::unique_ptr<Copier>> Copier::create(const Api& api, int device, int streams, Ring* ring) {
@@ -183,7 +158,7 @@ void Copier::run() {
     }
     ring_->release(s.slot);  // before `done`: readers go on while the sink runs
     if (s.done) s.done(st);
-    s.owner->finish(s.done ? st : Status());
+    s.owner->done(s.done ? st : Status());
   }
 }
 

@@ -24,6 +24,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/delivery.h"
 #include "gpu/api.h"
 #include "weightlift/destination.h"
 
@@ -57,21 +58,8 @@ class Ring {
   std::vector<uint32_t> free_;
 };
 
-// Counts one load's submissions in flight; the first asynchronous error.
-class UploadTracker {
- public:
-  void add();
-  void finish(const Status& s);
-  Status wait();
-  // Waits, then forgets the error (a new load).
-  void reset();
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t in_flight_ = 0;
-  Status first_;
-};
+// One load's submissions in flight and their first asynchronous error.
+using UploadTracker = engine::PendingCopies;
 
 class Copier {
  public:
