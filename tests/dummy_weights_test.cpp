@@ -8,7 +8,7 @@
 #include <gtest/gtest.h>
 
 #include "model/dummy_math.h"
-#include "weightlift/cuda_backend.h"
+#include "weightlift/gpu.h"
 #include "weightlift/dummy.h"
 
 namespace wl {
@@ -293,23 +293,23 @@ TEST(DummyWeights, Errors) {
 }
 
 TEST(DummyCuda, UnavailableWithoutAGpuOrMatchesTheCpu) {
-  if (cuda::device_count() == 0) {
-    EXPECT_FALSE(cuda::unavailable_reason().empty());
-    auto buf = cuda::DeviceBuffer::allocate(64);
+  if (gpu::device_count() == 0) {
+    EXPECT_FALSE(gpu::unavailable_reason().empty());
+    auto buf = gpu::DeviceBuffer::allocate(64);
     EXPECT_EQ(buf.status().code(), Code::kUnavailable);
-    Status st = cuda::fill_dummy_device(DType::F32, nullptr, 16);
+    Status st = gpu::fill_dummy_device(DType::F32, nullptr, 16);
     EXPECT_EQ(st.code(), Code::kUnavailable);
     // Argument errors come first, even without a GPU.
-    EXPECT_EQ(cuda::fill_dummy_device(DType::F32, nullptr, 16, {1.0, 0.0, 1, 0}).code(), Code::kInvalidArgument);
+    EXPECT_EQ(gpu::fill_dummy_device(DType::F32, nullptr, 16, {1.0, 0.0, 1, 0}).code(), Code::kInvalidArgument);
     return;
   }
   for (DType dt : kFilled) {
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{4099}, int64_t{1000003}}) {
       Tensor cpu = make(dt, n);
       ASSERT_TRUE(fill_dummy(cpu, -0.5, 0.25, 99, 0).ok());
-      auto buf = cuda::DeviceBuffer::allocate(cpu.nbytes());
+      auto buf = gpu::DeviceBuffer::allocate(cpu.nbytes());
       ASSERT_TRUE(buf.ok()) << buf.status().to_string();
-      ASSERT_TRUE(cuda::fill_dummy_device(dt, *buf, static_cast<uint64_t>(n), {-0.5, 0.25, 99, 0}).ok());
+      ASSERT_TRUE(gpu::fill_dummy_device(dt, *buf, static_cast<uint64_t>(n), {-0.5, 0.25, 99, 0}).ok());
       Tensor back = make(dt, n);
       ASSERT_TRUE(buf->copy_to_host(back.mutable_bytes()).ok());
       ASSERT_EQ(std::memcmp(back.bytes().data(), cpu.bytes().data(), cpu.nbytes()), 0)

@@ -11,7 +11,7 @@
 
 #include "command.h"
 #include "weightlift/checkpoint.h"
-#include "weightlift/cuda_backend.h"
+#include "weightlift/gpu.h"
 #include "weightlift/dummy.h"
 #include "weightlift/hash.h"
 #include "weightlift/weight_files.h"
@@ -29,7 +29,7 @@ struct DummyArgs {
 int run_dummy(const DummyArgs& a) {
   auto wf = find_weight_files(a.model);
   if (!wf.ok()) return fail(wf.status());
-  if (a.device == "cuda" && cuda::device_count() == 0) return fail(Status::Unavailable(cuda::unavailable_reason()));
+  if (a.device == "cuda" && gpu::device_count() == 0) return fail(Status::Unavailable(gpu::unavailable_reason()));
   Sha256 sha;
   uint64_t tensors = 0, bytes = 0, skipped = 0;
   double seconds = 0;
@@ -40,10 +40,10 @@ int run_dummy(const DummyArgs& a) {
       uint64_t numel = shape_numel(t.shape);
       if (!dummy_fills(t.dtype)) ++skipped;
       if (a.device == "cuda") {
-        auto buf = cuda::DeviceBuffer::allocate(t.nbytes);
+        auto buf = gpu::DeviceBuffer::allocate(t.nbytes);
         if (!buf.ok()) return fail(std::move(buf).status().with_tensor(t.name).with_file(f));
         auto start = std::chrono::steady_clock::now();
-        Status st = cuda::fill_dummy_device(t.dtype, *buf, numel, a.options);
+        Status st = gpu::fill_dummy_device(t.dtype, *buf, numel, a.options);
         seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
         if (!st.ok()) return fail(std::move(st).with_tensor(t.name).with_file(f));
         if (a.hash) {

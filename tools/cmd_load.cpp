@@ -1,6 +1,9 @@
 // weightlift load PATH... [--strategy S] [--checksum] [--format table|jsonl]
 //   [--threads N] [--block-size BYTES] [--tp-rank R --tp-size W] [--shard-rule PATTERN:DIM ...]
 //   [--experts IDS] [--max-memory BYTES] [--direct auto|on|off] [--no-progress]
+//   [--device cpu|pinned|cuda[:N]] [--gds auto|on|off]
+// With a device, tensors land in pinned or CUDA memory (weightlift/gpu.h);
+// --checksum then copies each one back to hash it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +16,7 @@
 #include "weightlift/checkpoint.h"
 #include "weightlift/dummy.h"
 #include "weightlift/expert_filter.h"
+#include "weightlift/gpu.h"
 #include "weightlift/hash.h"
 #include "weightlift/hub.h"
 #include "weightlift/loader.h"
@@ -42,6 +46,8 @@ struct LoadArgs {
   bool offline = false;
   bool dummy = false;
   uint64_t dummy_seed = 1234;
+  std::string device = "cpu";
+  std::string gds = "auto";
 };
 
 // --dummy: every tensor allocated and filled with reproducible random values
@@ -110,6 +116,22 @@ int run_load(const LoadArgs& a) {
   }
   opt.direct = a.direct == "on" ? DirectIo::kOn : a.direct == "off" ? DirectIo::kOff : DirectIo::kAuto;
 
+  auto device = parse_device(a.device);
+  if (!device.ok()) return usage_error(device.status().message());
+  auto gds = gpu::gds_from_name(a.gds);
+  if (!gds) return usage_error(fmt::format("bad --gds '{}' (expected auto, on or off)", a.gds));
+  if (a.dummy && device->kind != DeviceKind::kCpu) return usage_error("--dummy fills host memory; drop --device");
+  // Where the tensors land: host memory (the engine's choice), pinned or CUDA.
+  std::unique_ptr<gpu::DeviceDestination> dest;
+  if (device->kind != DeviceKind::kCpu) {
+    if (Status s = gpu::check_device(*device); !s.ok()) return fail(s);
+    auto d = device->kind == DeviceKind::kCuda ? gpu::cuda_destination(*device, {.gds = *gds})
+                                               : gpu::pinned_destination();
+    if (!d.ok()) return fail(d.status());
+    dest = std::move(*d);
+    opt.destination = dest.get();
+  }
+
   // A repository id on a cold cache loads while it downloads (the sources serve its files meanwhile).
   std::vector<std::unique_ptr<HubSource>> sources;
   auto resolved = weight_files_of(a.paths, a.revision, a.offline, a.dummy ? nullptr : &sources);
@@ -131,12 +153,21 @@ int run_load(const LoadArgs& a) {
   }
   std::vector<LoadedTensor> kept;  // the load's result: every tensor stays in memory until the end
   std::vector<std::pair<uint64_t, std::string>> rows;
-  auto sink = [&](LoadedTensor&& t) {
+  auto sink = [&](LoadedTensor&& t) -> Status {
     if (a.checksum) {
+      std::string digest;
+      if (t.view.device().host_accessible()) {
+        digest = sha256_hex(t.view.bytes());
+      } else {  // device memory: hash a copy
+        auto host = Buffer::allocate(t.view.nbytes());
+        if (!host.ok()) return host.status();
+        WL_RETURN_IF_ERROR(gpu::copy_to_host(t.view, host->span()));
+        digest = sha256_hex(host->span());
+      }
       nlohmann::ordered_json j = {{"name", t.name},
                                   {"dtype", dtype_name(t.view.dtype())},
                                   {"shape", t.view.shape()},
-                                  {"sha256", sha256_hex(t.view.bytes())}};
+                                  {"sha256", digest}};
       std::string line = a.format == "jsonl"
                              ? j.dump() + "\n"
                              : fmt::format("{:<56} {:<6} {:<20} {}\n", t.name, dtype_name(t.view.dtype()),
@@ -154,12 +185,16 @@ int run_load(const LoadArgs& a) {
   for (auto& [_, line] : rows) std::fwrite(line.data(), 1, line.size(), stdout);
   double gbps = r->seconds > 0 ? static_cast<double>(r->bytes) / r->seconds / 1e9 : 0.0;
   std::string strat = a.dummy ? std::string("dummy") : std::string(strategy_name(r->strategy));
-  if (r->strategy == Strategy::kStream) strat += r->direct_io ? " (O_DIRECT)" : " (buffered)";
+  if (r->strategy == Strategy::kStream) strat += r->gds ? " (GDS)" : r->direct_io ? " (O_DIRECT)" : " (buffered)";
+  std::string where = device->to_string();
+  if (dest)
+    where += fmt::format(", {} memory {:.1f} MiB", device->kind == DeviceKind::kCuda ? "device" : "pinned",
+                         static_cast<double>(dest->allocated_bytes()) / (1 << 20));
   std::fprintf(stderr,
-               "loaded %llu tensors, %llu bytes from %zu files in %.3f s (%.2f GB/s), strategy %s, peak RSS %.1f MiB, "
-               "read %llu bytes, skipped %llu expert tensors\n",
+               "loaded %llu tensors, %llu bytes from %zu files in %.3f s (%.2f GB/s), strategy %s, to %s, "
+               "peak RSS %.1f MiB, read %llu bytes, skipped %llu expert tensors\n",
                static_cast<unsigned long long>(r->tensors), static_cast<unsigned long long>(r->bytes), files.size(),
-               r->seconds, gbps, strat.c_str(), static_cast<double>(peak_rss_bytes()) / (1 << 20),
+               r->seconds, gbps, strat.c_str(), where.c_str(), static_cast<double>(peak_rss_bytes()) / (1 << 20),
                static_cast<unsigned long long>(r->bytes_read), static_cast<unsigned long long>(r->skipped_tensors));
   return 0;
 }
@@ -186,10 +221,12 @@ RunFn setup_load(CLI::App& sub) {
   sub.add_flag("--offline", a->offline, "resolve repository ids from the local Hub cache only");
   sub.add_flag("--dummy", a->dummy, "fill every tensor with reproducible random values instead of reading it");
   sub.add_option("--dummy-seed", a->dummy_seed, "seed of --dummy (default 1234, as vLLM)");
+  sub.add_option("--device", a->device, "where tensors land: cpu (default) | pinned | cuda | cuda:N");
+  sub.add_option("--gds", a->gds, "GPUDirect Storage for --device cuda: auto (default) | on | off");
   return [a] { return run_load(*a); };
 }
 
-Register reg("load", "Load every tensor into host memory and report speed and memory", setup_load);
+Register reg("load", "Load every tensor into host, pinned or CUDA memory and report speed and memory", setup_load);
 
 }  // namespace
 }  // namespace wl::cli

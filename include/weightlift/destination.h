@@ -27,6 +27,7 @@
 
 #include "weightlift/device.h"
 #include "weightlift/dtype.h"
+#include "weightlift/io.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 
@@ -86,6 +87,23 @@ class Uploader {
   virtual Status flush() = 0;
   // Wakes every acquire() with kCancelled; in-flight copies still complete.
   virtual void cancel() = 0;
+
+  // GPUDirect Storage (gpu.h). Asked once per load, before its first tensor
+  // is handed over, with the load's first file: true when read_direct()
+  // serves this load's reads, false to stage them through the ring (`why`
+  // then says why). An error (GDS required but unusable) fails the load.
+  virtual Result<bool> use_direct(const RandomAccessFile& probe, std::string* why) {
+    (void)probe;
+    *why = "this uploader has no direct reads";
+    return false;
+  }
+  // n bytes of `file` at file_offset straight into device memory at dst;
+  // only after use_direct() returned true. Thread-safe; an error fails the
+  // load (there is no fallback once tensors were handed over).
+  virtual Status read_direct(const RandomAccessFile& file, uint64_t file_offset, std::byte* dst, uint64_t n) {
+    (void)file, (void)file_offset, (void)dst, (void)n;
+    return Status::Unimplemented("this uploader has no direct reads");
+  }
 };
 
 class Destination {

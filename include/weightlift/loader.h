@@ -100,8 +100,15 @@ struct LoadOptions {
   DirectIo direct = DirectIo::kAuto;
   // Where each tensor's bytes go (not owned). nullptr: host memory of the
   // engine's choosing (it may then share one buffer between the tensors of a
-  // file: eager, threads). Every strategy honours it.
+  // file: eager, threads). Every strategy honours it; the engine calls its
+  // reserve() with every planned tensor before the first allocate(). With a
+  // device destination (gpu.h) `auto` runs the stream strategy, the one that
+  // overlaps reads with copies and uses GPUDirect Storage.
   Destination* destination = nullptr;
+  // The sink sees tensors in checkpoint order (LoadedTensor::ordinal 0, 1,
+  // ...) whatever the strategy: a tensor finished early waits until its
+  // predecessors are handed over (outside the max_memory accounting).
+  bool ordered = false;
 
   // Distributed loading (not owned): the ranks of `collective` read the
   // checkpoint once in total and exchange over it. nullptr: this process
@@ -120,6 +127,7 @@ struct LoadStats {
   double seconds = 0;
   Strategy strategy = Strategy::kLazy;  // what ran (auto resolves to prefetch or lazy)
   bool direct_io = false;               // stream used O_DIRECT
+  bool gds = false;                     // stream read into device memory with GPUDirect Storage
 };
 
 // Loads the tensors of the given weight files (any CheckpointReader format;

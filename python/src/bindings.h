@@ -11,6 +11,8 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 
+#include "weightlift/device.h"
+#include "weightlift/loader.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 
@@ -63,16 +65,33 @@ inline void check(wl::Status s) {
 using Bytes = nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig>;
 
 // A 1-D uint8 array over `bytes`, owning `owner` (a copy of the view's owner).
-inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const void> owner) {
+// CUDA memory crosses as a kDLCUDA array of that device (torch makes a CUDA
+// tensor of it); pinned memory is host memory (kDLCPU).
+inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const void> owner,
+                         wl::Device device = wl::kCpu) {
   static uint8_t empty_byte = 0;
   auto* keep = new std::shared_ptr<const void>(std::move(owner));
   nb::capsule cap(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
-  uint8_t* data = bytes.empty() ? &empty_byte : reinterpret_cast<uint8_t*>(const_cast<std::byte*>(bytes.data()));
+  const bool cuda = device.kind == wl::DeviceKind::kCuda;
+  uint8_t* data = bytes.empty() && !cuda ? &empty_byte : reinterpret_cast<uint8_t*>(const_cast<std::byte*>(bytes.data()));
   size_t shape[1] = {bytes.size()};
-  return Bytes(data, 1, shape, cap);
+  return Bytes(data, 1, shape, cap, nullptr, nb::dtype<uint8_t>(),
+               cuda ? nb::device::cuda::value : nb::device::cpu::value, cuda ? device.index : 0);
 }
 
 // ---- each component's bindings ----------------------------------------------
 void bind_hub(nb::module_& m);  // bind_hub.cpp: the Hugging Face Hub, ModelScope, load while downloading
+
+// ---- the GPU engine options (bind_gpu.cpp) ----
+
+// Reads the engine options "device" ("cpu", "pinned", "cuda:N") and "gds"
+// ("auto", "on", "off") of `engine` and, for a device, points o.destination
+// at a new destination, returned to be kept alive for the load (null for
+// host memory). A device that cannot be used raises.
+std::shared_ptr<void> gpu_destination_option(const nb::dict& engine, wl::LoadOptions& o);
+inline bool is_gpu_option(const std::string& key) { return key == "device" || key == "gds"; }
+
+
+void bind_gpu(nb::module_& m);
 
 }  // namespace wlpy

@@ -213,8 +213,11 @@ class Stream {
   // The engine's options, by name (Python's keyword arguments); an option
   // this build's engine does not have is a ValueError naming it.
   void configure(const nb::dict& engine) {
+    dest_ = gpu_destination_option(engine, opts_);
     for (auto [k, v] : engine) {
       std::string key = nb::cast<std::string>(k);
+      if (is_gpu_option(key)) continue;
+      if (key == "ordered") { opts_.ordered = nb::cast<bool>(v); continue; }
 #if __has_include("weightlift/shard.h")  // the engine with parallel strategies, TP and EP
       if (key == "threads") { opts_.threads = nb::cast<int>(v); continue; }
       if (key == "block_size") { opts_.block_size = nb::cast<uint64_t>(v); continue; }
@@ -286,7 +289,7 @@ class Stream {
       throw nb::stop_iteration();
     }
     return nb::make_tuple(t->name, t->file, std::string(wl::dtype_name(t->view.dtype())), nb::cast(t->view.shape()),
-                          bytes_array(t->view.bytes(), t->view.owner()));
+                          bytes_array(t->view.bytes(), t->view.owner(), t->view.device()));
   }
 
   nb::dict progress() {
@@ -304,6 +307,7 @@ class Stream {
 
  private:
   wl::LoadOptions opts_;
+  std::shared_ptr<void> dest_;  // opts_.destination's owner (device loads)
   uint64_t max_bytes_;
   std::mutex mu_;
   std::condition_variable can_push_, can_pop_;
@@ -455,5 +459,6 @@ NB_MODULE(_core, m) {
 
   // Each component's bindings (python/src/bind_<component>.cpp), declared in bindings.h.
   bind_hub(m);
+  bind_gpu(m);
 
 }

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from . import _core
+from . import _core, _gpu
 from ._tensors import tensor_bytes, to_numpy, to_torch
 
 _FRAMEWORKS = ("pt", "torch", "pytorch", "np", "numpy")
@@ -26,7 +26,9 @@ class safe_open:  # noqa: N801 - the safetensors name
     mapping of the file (lazy; writable, a write never reaches the file), or,
     with strategy="eager", over one buffer holding the whole file.
     framework="np": read-only numpy arrays over the same memory.
-    device: "cpu", or any torch device (the tensor is copied there).
+    device: "cpu"; "cuda"/"cuda:N" (read into device memory through the pinned
+    staging ring, without touching the mapping); any other torch device (the
+    tensor is copied there).
     """
 
     def __init__(self, filename, framework: str = "pt", device: Any = "cpu", strategy: str = "lazy",
@@ -62,6 +64,8 @@ class safe_open:  # noqa: N801 - the safetensors name
         return md if md else None
 
     def get_tensor(self, name: str):
+        if not self._np and _gpu._is_cuda(self._device):  # straight to the device, not through the mapping
+            return _gpu.safetensors_tensor_to_device(self._f, name, self._device, self._raw)
         try:
             dtype, shape, data = self._f.get(name)
         except FileNotFoundError as e:

@@ -1,11 +1,13 @@
-// libweightlift_cuda.so: the GPU side of weightlift (see src/model/cuda_abi.h).
-// Device memory handles (alloc/release) and the dummy-weight kernel, which
-// uses the same Philox and conversions as the CPU fill (model/dummy_math.h).
+// libweightlift_cuda.so: the GPU side of weightlift (see src/gpu/cuda_abi.h).
+// The dummy-weight kernel, which uses the same Philox and conversions as the
+// CPU fill (model/dummy_math.h), and the entry points of the CUDA runtime it
+// links statically: the loader (src/gpu/loader.cpp) takes its runtime table
+// from here when the process has no libcudart already loaded.
 #include <cuda_runtime.h>
 
 #include <cstdio>
 
-#include "model/cuda_abi.h"
+#include "gpu/cuda_abi.h"
 
 namespace {
 
@@ -44,35 +46,6 @@ __global__ void fill_dummy_kernel(int kind, unsigned char* out, uint64_t numel, 
   }
 }
 
-int device_count() {
-  int n = 0;
-  if (cudaGetDeviceCount(&n) != cudaSuccess) {
-    cudaGetLastError();  // clear the sticky "no driver" error
-    return 0;
-  }
-  return n;
-}
-
-int alloc(int device, size_t bytes, void** out, char* err, size_t errlen) {
-  if (int rc = report(cudaSetDevice(device), "cudaSetDevice", err, errlen)) return rc;
-  return report(cudaMalloc(out, bytes), "cudaMalloc", err, errlen);
-}
-
-int release(int device, void* ptr) {
-  if (cudaSetDevice(device) != cudaSuccess) return 1;
-  return static_cast<int>(cudaFree(ptr));
-}
-
-int copy_to_host(int device, void* dst, const void* src, size_t bytes, char* err, size_t errlen) {
-  if (int rc = report(cudaSetDevice(device), "cudaSetDevice", err, errlen)) return rc;
-  return report(cudaMemcpy(dst, src, bytes, cudaMemcpyDeviceToHost), "cudaMemcpy to host", err, errlen);
-}
-
-int copy_to_device(int device, void* dst, const void* src, size_t bytes, char* err, size_t errlen) {
-  if (int rc = report(cudaSetDevice(device), "cudaSetDevice", err, errlen)) return rc;
-  return report(cudaMemcpy(dst, src, bytes, cudaMemcpyHostToDevice), "cudaMemcpy to device", err, errlen);
-}
-
 int fill_dummy(int device, int kind, void* ptr, uint64_t numel, const Params* params, char* err, size_t errlen) {
   if (numel == 0) return 0;
   if (int rc = report(cudaSetDevice(device), "cudaSetDevice", err, errlen)) return rc;
@@ -86,7 +59,39 @@ int fill_dummy(int device, int kind, void* ptr, uint64_t numel, const Params* pa
   return report(cudaDeviceSynchronize(), "dummy-weight kernel", err, errlen);
 }
 
-const WlCudaApi kApi = {kWlCudaAbiVersion, device_count, alloc, release, copy_to_host, copy_to_device, fill_dummy};
+int rc(cudaError_t e) { return static_cast<int>(e); }
+cudaStream_t st(void* s) { return static_cast<cudaStream_t>(s); }
+cudaEvent_t ev(void* e) { return static_cast<cudaEvent_t>(e); }
+
+const WlCudaApi kApi = {
+    kWlCudaAbiVersion,
+    {
+        [](int* n) { return rc(cudaGetDeviceCount(n)); },
+        [](int d) { return rc(cudaSetDevice(d)); },
+        [](int* d) { return rc(cudaGetDevice(d)); },
+        [](void** p, size_t n) { return rc(cudaMalloc(p, n)); },
+        [](void* p) { return rc(cudaFree(p)); },
+        [](void** p, size_t n, unsigned f) { return rc(cudaHostAlloc(p, n, f)); },
+        [](void* p) { return rc(cudaFreeHost(p)); },
+        [](void* d, const void* s, size_t n, int k) { return rc(cudaMemcpy(d, s, n, static_cast<cudaMemcpyKind>(k))); },
+        [](void* d, const void* s, size_t n, int k, void* stream) {
+          return rc(cudaMemcpyAsync(d, s, n, static_cast<cudaMemcpyKind>(k), st(stream)));
+        },
+        [](void** s, unsigned f) { return rc(cudaStreamCreateWithFlags(reinterpret_cast<cudaStream_t*>(s), f)); },
+        [](void* s) { return rc(cudaStreamDestroy(st(s))); },
+        [](void* s) { return rc(cudaStreamSynchronize(st(s))); },
+        [](void** e, unsigned f) { return rc(cudaEventCreateWithFlags(reinterpret_cast<cudaEvent_t*>(e), f)); },
+        [](void* e) { return rc(cudaEventDestroy(ev(e))); },
+        [](void* e, void* s) { return rc(cudaEventRecord(ev(e), st(s))); },
+        [](void* e) { return rc(cudaEventSynchronize(ev(e))); },
+        [](void* e) { return rc(cudaEventQuery(ev(e))); },
+        [](size_t* f, size_t* t) { return rc(cudaMemGetInfo(f, t)); },
+        [](int* v) { return rc(cudaRuntimeGetVersion(v)); },
+        [] { return rc(cudaGetLastError()); },
+        [](int e) { return cudaGetErrorString(static_cast<cudaError_t>(e)); },
+    },
+    fill_dummy,
+};
 
 }  // namespace
 

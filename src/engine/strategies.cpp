@@ -164,6 +164,11 @@ Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, co
   WL_ASSIGN_OR_RETURN(Plan plan, make_plan(files, o));
   stats.skipped_tensors = plan.skipped;
   Destination& dest = o.destination ? *o.destination : default_destination();
+  {
+    std::vector<TensorRequest> requests(plan.tensors.size());
+    for (const PlannedTensor& t : plan.tensors) requests[t.ordinal] = t.request();
+    WL_RETURN_IF_ERROR(dest.reserve(requests));
+  }
   Delivery d(o, sink, plan);
   Status st;
   switch (s) {

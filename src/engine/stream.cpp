@@ -11,6 +11,9 @@
 //                                      destination's pinned ring, then async
 //                                      copies; a tensor is handed over when
 //                                      its last copy has completed
+//   device destination, GDS            cuFile reads straight into the
+//                                      tensors' device memory (decided before
+//                                      the first tensor is handed over)
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -97,8 +100,25 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
   }
   const uint64_t total = pos;
 
-  // Choose O_DIRECT from a sample of the first files' pages.
-  bool direct = o.direct == DirectIo::kOn;
+  // GPUDirect Storage: decided once, before any tensor is handed over (the
+  // zero-byte ones below included), from the first file; false stages every
+  // read through the ring for the whole load.
+  bool gds = false;
+  if (device && !plan.files.empty()) {
+    WL_ASSIGN_OR_RETURN(auto probe, open_data(plan.files[0], o.env, FileMode::kDirect));
+    std::string why;
+    auto use = up->use_direct(*probe, &why);
+    if (!use.ok()) return Status(use.status()).with_file(plan.files[0].path);
+    gds = *use;
+    if (o.log) o.log(gds ? std::string("stream: GPUDirect Storage (cuFile) reads into device memory")
+                         : "stream: staging through the pinned ring (GPUDirect Storage off: " + why + ")");
+  }
+  // A stopped load (an error, a cancel) wakes readers waiting for a slot.
+  if (up) d.on_stop([up] { up->cancel(); });
+
+  // Choose O_DIRECT from a sample of the first files' pages (cuFile wants
+  // O_DIRECT descriptors).
+  bool direct = o.direct == DirectIo::kOn || (gds && o.direct != DirectIo::kOff);
   if (o.direct == DirectIo::kAuto) {
     double hits = 0;
     int n = 0;
@@ -129,6 +149,7 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
     if (--file_pending[fi] == 0) files[fi].reset();
   };
   stats.direct_io = direct;
+  stats.gds = gds;
 
   // Buffered reads out of a warm page cache are memory copies: more threads
   // than cores only contend. O_DIRECT keeps 8 reads in flight.
@@ -310,7 +331,19 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
         const RandomAccessFile& f = **fh;
         std::span<const Piece> run(pieces.data() + i, j - i);
         Status s;
-        if (to_device) {
+        if (to_device && gds) {
+          for (const Piece& p : run) {
+            std::byte* dst = ts[p.tensor].region.data + p.dst_off;
+            s = ts[p.tensor].region.device.host_accessible() ? f.read_at(p.file_off, std::span(dst, p.len))
+                                                               : up->read_direct(f, p.file_off, dst, p.len);
+            if (!s.ok()) {
+              s.with_tensor(plan.tensors[p.tensor].name);
+              break;
+            }
+            bytes_read += p.len;
+            landed(p.tensor, p.len);
+          }
+        } else if (to_device) {
           auto slot = up->acquire();
           if (!slot.ok()) return d.fail(slot.status());
           s = staged_run(f, run, slot->bytes, *slot);
@@ -320,7 +353,7 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
           for (const Piece& p : run) {
             s = f.read_at(p.file_off, std::span(ts[p.tensor].region.data + p.dst_off, p.len));
             if (!s.ok()) {
-              s = std::move(s).with_tensor(plan.tensors[p.tensor].name);
+              s.with_tensor(plan.tensors[p.tensor].name);
               break;
             }
             bytes_read += p.len;

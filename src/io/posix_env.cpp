@@ -14,6 +14,7 @@
 
 #include <fmt/format.h>
 
+#include "io/posix_internal.h"
 #include "io/sources.h"
 #include "io/unique_fd.h"
 #include "util/checked.h"
@@ -113,6 +114,11 @@ class PosixFile : public RandomAccessFile {
     WL_RETURN_IF_ERROR(check_range(*this, offset, dst.size()));
     return pread_full(fd_.get(), path_, offset, dst.data(), dst.size());
   }
+  // io::posix_fd().
+  virtual int descriptor(bool prefer_direct) const {
+    (void)prefer_direct;
+    return fd_.get();
+  }
 
  protected:
   std::string path_;
@@ -131,6 +137,7 @@ class DirectFile final : public PosixFile {
   DirectFile(std::string path, UniqueFd direct_fd, UniqueFd buffered_fd, uint64_t size, std::string version)
       : PosixFile(std::move(path), std::move(buffered_fd), size, std::move(version)), direct_(std::move(direct_fd)) {}
   size_t alignment() const override { return kAlign; }
+  int descriptor(bool prefer_direct) const override { return prefer_direct ? direct_.get() : fd_.get(); }
 
   Status read_at(uint64_t offset, std::span<std::byte> dst) const override {
     WL_RETURN_IF_ERROR(check_range(*this, offset, dst.size()));
@@ -592,5 +599,12 @@ std::string join_path(std::string_view a, std::string_view b) {
   out += b;
   return out;
 }
+
+namespace io {
+int posix_fd(const RandomAccessFile& file, bool prefer_direct) {
+  const auto* p = dynamic_cast<const PosixFile*>(&file);
+  return p ? p->descriptor(prefer_direct) : -1;
+}
+}  // namespace io
 
 }  // namespace wl

@@ -46,6 +46,10 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
     return Status::Unimplemented("distributed loading (LoadOptions.collective) is not in this build yet");
 
   Strategy s = o.strategy;
+  if (s == Strategy::kAuto && o.destination && !o.destination->device().host_accessible()) {
+    if (o.log) o.log("auto: stream (a " + o.destination->device().to_string() + " destination)");
+    s = Strategy::kStream;
+  }
   if (s == Strategy::kAuto) {
     auto dec = decide_auto(files, o.env, o.system);
     if (!dec.ok()) {

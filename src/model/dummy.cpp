@@ -11,9 +11,10 @@
 
 #include <fmt/format.h>
 
-#include "model/cuda_internal.h"
+#include "gpu/api.h"
+#include "model/dummy_internal.h"
 #include "model/dummy_math.h"
-#include "weightlift/cuda_backend.h"
+#include "weightlift/gpu.h"
 
 namespace wl {
 namespace {
@@ -109,7 +110,10 @@ void fill_range_k(std::byte* base, uint64_t begin, uint64_t end, const dummy::Pa
   }
 }
 
-void fill_range(Kind kind, std::byte* base, uint64_t begin, uint64_t end, const dummy::Params& p) {
+}  // namespace
+
+namespace dummy {
+void fill_host(int kind, std::byte* base, uint64_t begin, uint64_t end, const dummy::Params& p) {
   switch (kind) {
     case dummy::kF32: return fill_range_k<dummy::kF32>(base, begin, end, p);
     case dummy::kF16: return fill_range_k<dummy::kF16>(base, begin, end, p);
@@ -119,6 +123,10 @@ void fill_range(Kind kind, std::byte* base, uint64_t begin, uint64_t end, const 
     case dummy::kF64: return fill_range_k<dummy::kF64>(base, begin, end, p);
   }
 }
+}  // namespace dummy
+
+namespace {
+using dummy::fill_host;
 
 Status check_bounds(double low, double high) {
   if (!std::isfinite(low) || !std::isfinite(high))
@@ -167,7 +175,7 @@ Status fill_dummy(DType dtype, std::span<std::byte> bytes, uint64_t numel, const
   // At least 4 Ki elements per thread; chunk edges on whole Philox blocks.
   threads = std::max<uint64_t>(1, std::min<uint64_t>(threads, numel / 4096 + 1));
   if (threads == 1) {
-    fill_range(*kind, bytes.data(), 0, numel, p);
+    fill_host(*kind, bytes.data(), 0, numel, p);
     return Status();
   }
   uint64_t per = (numel / threads + 3) & ~uint64_t{3};
@@ -177,7 +185,7 @@ Status fill_dummy(DType dtype, std::span<std::byte> bytes, uint64_t numel, const
     // The last thread takes everything left: per * threads can fall short of numel.
     uint64_t b = std::min(numel, t * per), e = t + 1 == threads ? numel : std::min(numel, b + per);
     if (b >= e) break;
-    pool.emplace_back([&, b, e] { fill_range(*kind, bytes.data(), b, e, p); });
+    pool.emplace_back([&, b, e] { fill_host(*kind, bytes.data(), b, e, p); });
   }
   for (auto& th : pool) th.join();
   return Status();
@@ -194,7 +202,7 @@ Result<Tensor> dummy_tensor(DType dtype, Shape shape, const DummyOptions& option
   return t;
 }
 
-namespace cuda {
+namespace gpu {
 
 Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel, const DummyOptions& o, int device) {
   WL_RETURN_IF_ERROR(check_bounds(o.low, o.high));
@@ -204,8 +212,8 @@ Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel, const Du
       return Status::Unimplemented(fmt::format("dummy weights of dtype {} are not supported", dtype_name(dtype)));
     return Status();
   }
-  return detail::launch_fill_dummy(*kind, device_ptr, numel, make_params(*kind, o.low, o.high, o.seed), device);
+  return launch_fill_dummy(*kind, device_ptr, numel, make_params(*kind, o.low, o.high, o.seed), device);
 }
 
-}  // namespace cuda
+}  // namespace gpu
 }  // namespace wl

@@ -1,0 +1,176 @@
+// weightlift/gpu.h: CUDA devices, the pinned staging ring, and the pinned and
+// CUDA destinations (destination.h) that put a load's tensors in page-locked
+// host memory or straight into device memory.
+//
+// Run-time linkage. Every CUDA runtime/driver, cuFile and NCCL entry point
+// weightlift uses sits in one function table filled on first use with
+// dlopen(), so one build runs with and without a GPU:
+//   driver   libcuda.so.1 (absent: "no NVIDIA driver")
+//   runtime  a libcudart the process already has loaded (torch's), else
+//            $WEIGHTLIFT_CUDART, else the runtime linked into
+//            libweightlift_cuda.so (our kernels, found like before: next to
+//            the binary or library, ../lib, $WEIGHTLIFT_CUDA_LIBRARY), else
+//            libcudart.so.13/.12 by name
+//   cuFile   libcufile.so.0, opened only when a device was found and a load
+//            asks for GPUDirect Storage (its driver open does not return on a
+//            machine without a GPU)
+//   NCCL     libnccl.so.2, for the distributed component (collective.h)
+// WEIGHTLIFT_GPU_BACKEND=fake swaps the whole table for a host fake backend
+// (host memory standing for device memory, threads for streams; see
+// docs/gpu.md), which is how CPU-only CI runs the device path;
+// WEIGHTLIFT_FAKE_GPUS=N sets its device count (default 1).
+//
+// The device path (destination.h): the engine reads into slots of a small
+// pinned ring, allocated once per process and reused (never sized by the
+// largest tensor), and copies each slot to the device with cudaMemcpyAsync
+// on two streams; an event per slot returns it to the ring once its copies
+// have completed, and a tensor is handed over when its last copy has. Peak
+// host memory of a device load is the ring plus the engine's bookkeeping.
+// GPUDirect Storage (Gds): cuFile reads straight from the file into device
+// memory. With kAuto it is used when cuFile is present and the first file's
+// filesystem accepts it; the decision, and the fallback to the ring, is made
+// before the first tensor is handed over, and holds for the whole load.
+//
+// Threading: everything here is thread-safe. Device memory is freed when the
+// last TensorView sharing it is gone.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+#include "weightlift/destination.h"
+#include "weightlift/device.h"
+#include "weightlift/dtype.h"
+#include "weightlift/dummy.h"
+#include "weightlift/io.h"
+#include "weightlift/status.h"
+#include "weightlift/tensor.h"
+
+namespace wl::gpu {
+
+// ---- devices ----------------------------------------------------------------
+
+// Usable CUDA devices; 0 without a driver, a device or the runtime library.
+int device_count();
+// Why there is no usable device, naming what is missing (the NVIDIA driver,
+// a device, the CUDA runtime library); "" when device_count() > 0.
+std::string unavailable_reason();
+// "cuda (runtime: <library>)", "fake (host memory)" or "none".
+std::string backend_name();
+// OK when `device` can be used: host memory always; pinned memory and
+// cuda:N need a device (kUnavailable with unavailable_reason()); a CUDA
+// ordinal past the last device is kInvalidArgument.
+Status check_device(Device device);
+
+struct MemoryInfo {
+  uint64_t free_bytes = 0, total_bytes = 0;
+};
+Result<MemoryInfo> memory_info(int device);
+
+// ---- the staging ring ---------------------------------------------------------
+
+struct RingOptions {
+  uint32_t slots = 8;                    // 2..64
+  uint64_t slot_bytes = uint64_t{8} << 20;  // 64 KiB..256 MiB, a multiple of 4096
+  int streams = 2;                       // copy streams per device, 1..8
+};
+// "SLOTSxSIZE", e.g. "8x8MiB": read when the ring is created.
+inline constexpr const char* kRingEnv = "WEIGHTLIFT_PINNED_RING";
+// The options the ring has (or will be created with): set_ring_options(),
+// else $WEIGHTLIFT_PINNED_RING, else the defaults above. A bad variable is
+// kInvalidArgument naming it.
+Result<RingOptions> ring_options();
+// Sets the options before the ring exists; kInvalidArgument for values out of
+// range or once the ring has been created.
+Status set_ring_options(const RingOptions& options);
+
+// ---- destinations ---------------------------------------------------------------
+
+enum class Gds { kAuto, kOn, kOff };
+// "auto", "on", "off"; nullopt otherwise.
+std::optional<Gds> gds_from_name(std::string_view name);
+std::string_view gds_name(Gds gds);
+
+struct CudaOptions {
+  // kOn: a load fails (before its first tensor) when GPUDirect Storage
+  // cannot be used; kAuto falls back to the ring; kOff never tries it.
+  Gds gds = Gds::kAuto;
+  // true: Destination::reserve() takes one device allocation for the whole
+  // load and every tensor is a view sharing it (freed with the last view);
+  // false, or tensors the reservation did not cover: one allocation each.
+  bool one_allocation = true;
+};
+
+// A pinned or CUDA destination: what it allocated and how it read.
+// One destination serves one load at a time.
+class DeviceDestination : public Destination {
+ public:
+  // Bytes of device (or pinned) memory this destination has allocated.
+  virtual uint64_t allocated_bytes() const = 0;
+  // "" before a load decided; "on" when GPUDirect Storage served the load;
+  // "off (<why>)" otherwise.
+  virtual std::string gds_status() const = 0;
+};
+
+// Page-locked host memory (cudaHostAlloc): host-accessible, so the engine
+// reads straight into it; one allocation per load after reserve().
+Result<std::unique_ptr<DeviceDestination>> pinned_destination();
+// Device memory of `device` (kCuda), filled through the ring or cuFile.
+Result<std::unique_ptr<DeviceDestination>> cuda_destination(Device device, const CudaOptions& options = {});
+// The copy engine alone, for caller_destination() with device memory the
+// caller holds (vLLM's parameters). Serves one load.
+Result<std::unique_ptr<Uploader>> make_uploader(Device device);
+
+// ---- copies ---------------------------------------------------------------------
+
+// The view's bytes into host memory (dst.size() == view.nbytes()): a device
+// copy for kCuda views, memcpy otherwise.
+Status copy_to_host(const TensorView& view, std::span<std::byte> dst);
+// n bytes of `file` at `offset` as a tensor on `device` (staged through the
+// ring for kCuda; read straight into pinned or host memory otherwise).
+Result<TensorView> read_to_device(const RandomAccessFile& file, uint64_t offset, DType dtype, Shape shape,
+                                  Device device);
+
+// ---- device buffers and dummy weights ---------------------------------------------
+
+// Device memory; freed by the destructor. Move-only; one thread at a time.
+class DeviceBuffer {
+ public:
+  static Result<DeviceBuffer> allocate(size_t bytes, int device = 0);
+  DeviceBuffer() = default;
+  DeviceBuffer(DeviceBuffer&& o) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer();
+
+  void* data() const { return ptr_; }
+  size_t size() const { return size_; }
+  int device() const { return device_; }
+  // Whole-buffer copies; sizes must match.
+  Status copy_to_host(std::span<std::byte> dst) const;
+  Status copy_from_host(std::span<const std::byte> src);
+
+ private:
+  void reset();
+  void* ptr_ = nullptr;
+  size_t size_ = 0;
+  int device_ = 0;
+};
+
+// fill_dummy() for device memory: the same bytes as the CPU fill
+// (libweightlift_cuda.so's kernel; the fake backend fills on the host).
+Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel, const DummyOptions& options = {},
+                         int device = 0);
+inline Status fill_dummy_device(DType dtype, DeviceBuffer& buffer, uint64_t numel, const DummyOptions& options = {}) {
+  if (auto need = dtype_nbytes(dtype, numel); !need || *need > buffer.size())
+    return Status::OutOfRange("the device buffer is smaller than the tensor");
+  return fill_dummy_device(dtype, buffer.data(), numel, options, buffer.device());
+}
+
+}  // namespace wl::gpu

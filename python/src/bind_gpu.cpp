@@ -1,0 +1,58 @@
+// weightlift._core, GPU part (weightlift/gpu.h): device detection, the
+// "device"/"gds" engine options of Stream, one tensor read to a device.
+// Device tensors cross as kDLCUDA arrays that own their memory (bindings.h).
+#include <memory>
+#include <string>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "weightlift/gpu.h"
+
+namespace wlpy {
+
+using namespace nb::literals;
+
+std::shared_ptr<void> gpu_destination_option(const nb::dict& engine, wl::LoadOptions& o) {
+  std::string device = "cpu", gds = "auto";
+  if (engine.contains("device")) device = nb::cast<std::string>(engine["device"]);
+  if (engine.contains("gds")) gds = nb::cast<std::string>(engine["gds"]);
+  wl::Device d = unwrap(wl::parse_device(device));
+  auto g = wl::gpu::gds_from_name(gds);
+  if (!g) raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + gds + "'"));
+  if (d.kind == wl::DeviceKind::kCpu) return nullptr;
+  check(wl::gpu::check_device(d));
+  std::unique_ptr<wl::gpu::DeviceDestination> dest =
+      d.kind == wl::DeviceKind::kCuda ? unwrap(wl::gpu::cuda_destination(d, {.gds = *g}))
+                                      : unwrap(wl::gpu::pinned_destination());
+  o.destination = dest.get();
+  return std::shared_ptr<wl::gpu::DeviceDestination>(std::move(dest));
+}
+
+void bind_gpu(nb::module_& m) {
+  m.def("gpu_device_count", [] { return wl::gpu::device_count(); });
+  m.def("gpu_unavailable_reason", [] { return wl::gpu::unavailable_reason(); });
+  m.def("gpu_backend_name", [] { return wl::gpu::backend_name(); });
+  // (dtype, shape, bytes) of nbytes at `offset` of `path`, on `device`.
+  m.def(
+      "read_to_device",
+      [](const std::string& path, uint64_t offset, const std::string& dtype, const wl::Shape& shape,
+         const std::string& device) {
+        auto dt = wl::dtype_from_name(dtype);
+        if (!dt) raise(wl::Status::InvalidArgument("unknown dtype '" + dtype + "'").with_file(path));
+        wl::Device d = unwrap(wl::parse_device(device));
+        wl::TensorView v;
+        {
+          nb::gil_scoped_release nogil;
+          auto f = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kPread}));
+          check(wl::gpu::check_device(d));
+          v = unwrap(wl::gpu::read_to_device(*f, offset, *dt, shape, d));
+        }
+        return nb::make_tuple(dtype, nb::cast(v.shape()), bytes_array(v.bytes(), v.owner(), v.device()));
+      },
+      "path"_a, "offset"_a, "dtype"_a, "shape"_a, "device"_a);
+}
+
+}  // namespace wlpy

@@ -1,0 +1,249 @@
+"""Weights straight into CUDA memory: vLLM's GPU loaders on weightlift's engine.
+
+    from weightlift import fastsafetensors_weights_iterator   # vLLM's names and arguments
+    from weightlift import instanttensor_weights_iterator
+
+Both read through the C++ engine's stream strategy into device memory (a
+small pinned staging ring with asynchronous copies, or GPUDirect Storage when
+cuFile and the filesystem allow it; see docs/gpu.md) and yield torch CUDA
+tensors that own their memory (DLPack), on torch's current CUDA device, in
+file order and, within a file, in offset order. Without a usable GPU they
+raise before reading anything, naming what is missing (a CUDA build of torch,
+a device, the NVIDIA driver, the CUDA runtime).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Generator, Iterable
+from typing import Any
+
+import torch
+
+from . import _core
+from ._tensors import to_torch
+
+logger = logging.getLogger("weightlift")
+
+_warned: set[str] = set()
+
+
+def _warn_once(msg: str, *args) -> None:
+    key = msg % args if args else msg
+    if key not in _warned:
+        _warned.add(key)
+        logger.warning(msg, *args)
+
+
+def _tqdm(iterable, **kwargs):
+    from .weight_utils import _tqdm as bar
+
+    return bar(iterable, **kwargs)
+
+
+def _enable_tqdm(use_tqdm_on_load: bool) -> bool:
+    from .weight_utils import enable_tqdm
+
+    return enable_tqdm(use_tqdm_on_load)
+
+
+# ---- devices ----------------------------------------------------------------------------
+
+
+def cuda_unavailable_reason() -> str:
+    """Why no CUDA device can receive weights ("" when one can): torch's side
+    (a CPU-only build, no device) and weightlift's own (driver, runtime)."""
+    why = []
+    if getattr(torch.version, "cuda", None) is None:
+        why.append(f"this torch ({torch.__version__}) is a CPU-only build, without CUDA")
+    elif not torch.cuda.is_available():
+        why.append("torch sees no CUDA device")
+    engine = _core.gpu_unavailable_reason()
+    if engine:
+        why.append(f"weightlift: {engine}")
+    return "; ".join(why)
+
+
+def current_cuda_device(what: str = "loading to CUDA") -> str:
+    """'cuda:N' for torch's current CUDA device; RuntimeError naming what is missing."""
+    why = cuda_unavailable_reason()
+    if why:
+        raise RuntimeError(f"{what} needs a CUDA device: {why}")
+    return f"cuda:{torch.cuda.current_device()}"
+
+
+def _device_name(device: Any, what: str) -> str:
+    """'cpu', 'pinned' or 'cuda:N' for a str / torch.device / int; CUDA checked."""
+    if isinstance(device, int):
+        device = f"cuda:{device}"
+    d = str(device)
+    if d in ("cpu", "pinned"):
+        return d
+    if d == "cuda":
+        return current_cuda_device(what)
+    if d.startswith("cuda:"):
+        current_cuda_device(what)
+        return d
+    raise ValueError(f"unknown device {device!r} (expected cpu, pinned, cuda or cuda:N)")
+
+
+def _is_cuda(device: Any) -> bool:
+    return isinstance(device, int) or str(device).startswith("cuda")
+
+
+# ---- process groups (the distributed component decides what each rank reads) ----------------
+
+
+def _world_group():
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return dist.group.WORLD
+    return None
+
+
+def _group_size(pg) -> int:
+    if pg is None:
+        return 1
+    return torch.distributed.get_world_size(pg)
+
+
+def _collective_options(pg) -> dict:
+    """Engine options for a process group: none for a single rank; otherwise
+    the group goes to the engine, whose distributed loading decides what each
+    rank reads (an engine without it raises ValueError naming the option)."""
+    if _group_size(pg) <= 1:
+        return {}
+    return {"process_group": pg}
+
+
+# ---- the device stream ------------------------------------------------------------------------
+
+
+def _natural(files: Iterable[str]) -> list[str]:
+    return _core.natural_sort([os.fspath(f) for f in files])
+
+
+def _device_stream(files: list[str], device: str, gds: str, pg, desc: str, use_tqdm_on_load: bool,
+                   per_tensor_bar: bool = False) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """(name, tensor) of `files` on `device`, in checkpoint order."""
+    opts = {"device": device, "gds": gds, "ordered": True, **_collective_options(pg)}
+    # Device memory is taken for the whole load up front (one allocation), so
+    # queued tensors cost no host memory: no need to bound the queue by bytes.
+    stream = _core.Stream(files, "stream", 1 << 62, opts)
+    enabled = _enable_tqdm(use_tqdm_on_load)
+    bar = _tqdm(None, total=None if per_tensor_bar else len(files), desc=desc, disable=not enabled)
+    seen: set[str] = set()
+    try:
+        for name, file, dtype, shape, data in stream:
+            if per_tensor_bar:
+                if bar.total is None:
+                    bar.total = stream.progress()["tensors_total"]
+                bar.update(1)
+            elif file not in seen:
+                seen.add(file)
+                bar.n = len(seen) - 1
+                bar.refresh()
+            yield name, to_torch(dtype, shape, data, name, file)
+        if not per_tensor_bar:
+            bar.n = len(files)
+            bar.refresh()
+    finally:
+        stream.close()
+        bar.close()
+
+
+def _gds_fallback(make: Callable[[bool], Iterable], nogds: bool) -> Generator[Any, None, None]:
+    """The reference's rule: an error naming GDS falls back to loading without
+    it, but only before the first item was yielded (restarting later would
+    yield earlier tensors twice); any other error, or one after the first
+    item, propagates. `make(nogds)` starts a load."""
+    yielded = False
+    try:
+        for item in make(nogds):
+            yielded = True
+            yield item
+    except (RuntimeError, OSError) as e:
+        if nogds or yielded or "gds" not in str(e):
+            raise
+        _warn_once("GPUDirect Storage cannot be used (%s); loading through the pinned staging ring instead", e)
+        yield from make(True)
+
+
+def fastsafetensors_weights_iterator(
+    hf_weights_files: list[str],
+    use_tqdm_on_load: bool,
+) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """vLLM's fastsafetensors iterator: every tensor of the safetensors files
+    on torch's current CUDA device, with GPUDirect Storage when it is usable
+    (not with several ranks, as the reference), falling back to the pinned
+    ring only before the first tensor is yielded. Files in natural order; a
+    torch.distributed process group, when initialised, goes to the engine."""
+    pg = _world_group()
+    device = current_cuda_device("fastsafetensors_weights_iterator")
+    files = _natural(hf_weights_files)
+    nogds = _group_size(pg) > 1
+
+    def make(no_gds: bool):
+        return _device_stream(files, device, "off" if no_gds else "auto", pg,
+                              "Loading fastsafetensors checkpoint shards", use_tqdm_on_load)
+
+    yield from _gds_fallback(make, nogds)
+
+
+def instanttensor_weights_iterator(
+    hf_weights_files: list[str],
+    use_tqdm_on_load: bool,
+) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """vLLM's InstantTensor iterator: every tensor of the safetensors files on
+    torch's current CUDA device, in file order (files sorted naturally), each
+    tensor owning its memory. NVIDIA GPUs only (ValueError otherwise, naming
+    what is missing); with more than one rank the world process group goes
+    to the engine."""
+    why = cuda_unavailable_reason()
+    if why:
+        raise ValueError(f"InstantTensor loading requires an NVIDIA GPU: {why}")
+    pg = _world_group()
+    if _group_size(pg) <= 1:
+        pg = None
+    device = current_cuda_device("instanttensor_weights_iterator")
+    yield from _device_stream(_natural(hf_weights_files), device, "auto", pg,
+                              "Loading safetensors using InstantTensor loader", use_tqdm_on_load,
+                              per_tensor_bar=True)
+
+
+# ---- single tensors and PyTorch files ------------------------------------------------------------
+
+
+def safetensors_tensor_to_device(sf, name: str, device: Any, raw_dtypes: bool | None = None) -> torch.Tensor:
+    """One tensor of an open _core.SafetensorsFile read straight to `device`
+    (through the pinned ring for CUDA, never through a mapped page)."""
+    dev = _device_name(device, "safe_open(device=...)")
+    for n, dtype, shape, offset, _ in sf.tensors():
+        if n == name:
+            d, s, data = _core.read_to_device(sf.path, offset, dtype, shape, dev)
+            return to_torch(d, s, data, name, sf.path, raw_dtypes)
+    raise KeyError(f"{sf.path}: no tensor named '{name}'")
+
+
+def _single_cuda_target(map_location) -> str | None:
+    """The one CUDA device a torch.load map_location sends every storage to, or None."""
+    if isinstance(map_location, dict):
+        targets = {str(v) for v in map_location.values()}
+        if len(targets) != 1:
+            return None
+        map_location = targets.pop()
+    if isinstance(map_location, (str, torch.device, int)) and _is_cuda(map_location):
+        return str(map_location) if not isinstance(map_location, int) else f"cuda:{map_location}"
+    return None
+
+
+def pt_items_on_device(bin_file: str, pt_load_map_location) -> list[tuple[str, torch.Tensor]] | None:
+    """(name, tensor) of a PyTorch .bin/.pt file read by our own reader into
+    the CUDA device `pt_load_map_location` names ("cuda", "cuda:N", a
+    torch.device, or a dict mapping every saved location to one CUDA device);
+    None when it names no single CUDA device (then torch.load applies)."""
+    target = _single_cuda_target(pt_load_map_location)
+    if target is None:
+        return None
+    device = _device_name(target, "pt_load_map_location")
+    return list(_device_stream([os.fspath(bin_file)], device, "off", None, "", False))

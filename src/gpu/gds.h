@@ -1,0 +1,52 @@
+// Private: GPUDirect Storage for one load (cuFile reads from a file straight
+// into device memory). Files are registered on first use and kept registered
+// (and open) while the load reads them, at most kMaxHandles at once.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "gpu/api.h"
+#include "weightlift/io.h"
+
+namespace wl::gpu {
+
+class DirectReader {
+ public:
+  static constexpr size_t kMaxHandles = 64;
+  DirectReader(Backend& backend, int device) : backend_(backend), device_(device) {}
+  ~DirectReader();
+  DirectReader(const DirectReader&) = delete;
+  DirectReader& operator=(const DirectReader&) = delete;
+
+  // The decision for a load: true when cuFile is usable and accepts `probe`
+  // (its handle registers). With Gds::kOn a refusal is an error naming the
+  // file ("gds=on: ..."); with kAuto it is false and `why` says why.
+  Result<bool> decide(const RandomAccessFile& probe, Gds policy, std::string* why);
+  // Registers device memory that reads will land in (faster DMA); optional.
+  void register_buffer(const std::byte* base, uint64_t n);
+  // n bytes of `file` at `offset` into device memory at `dst`.
+  Status read(const RandomAccessFile& file, uint64_t offset, std::byte* dst, uint64_t n);
+
+ private:
+  struct Handle {
+    const WlCuFile* fn = nullptr;
+    std::shared_ptr<const RandomAccessFile> file;  // keeps the descriptor open
+    void* handle = nullptr;
+    ~Handle();
+  };
+  Result<std::shared_ptr<Handle>> handle_of(const RandomAccessFile& file);
+
+  Backend& backend_;
+  const int device_;
+  std::mutex mu_;
+  std::map<const RandomAccessFile*, std::shared_ptr<Handle>> handles_;
+  std::vector<const RandomAccessFile*> order_;  // registration order, for eviction
+  std::vector<std::pair<const std::byte*, uint64_t>> buffers_;
+};
+
+}  // namespace wl::gpu

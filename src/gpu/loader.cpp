@@ -1,0 +1,440 @@
+// The real GPU backend: fills the one function table (api.h) with dlopen().
+// Libraries already loaded in the process (torch's) are preferred
+// (RTLD_NOLOAD, found in /proc/self/maps), then the usual names. cuFile is
+// opened only when a device was detected: its driver open does not return on
+// a machine without a GPU.
+#include <dlfcn.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "gpu/api.h"
+#include "gpu/fake.h"
+#include "gpu/ring.h"
+
+namespace wl::gpu {
+
+namespace {
+
+constexpr const char* kKernelsLib = "libweightlift_cuda.so";
+
+std::string dir_of(const std::string& path) {
+  auto pos = path.rfind('/');
+  return pos == std::string::npos ? "." : path.substr(0, pos);
+}
+
+// Paths of mapped libraries whose file name starts with `stem`.
+std::vector<std::string> mapped_libraries(std::string_view stem) {
+  std::vector<std::string> out;
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    std::string_view base = std::string_view(path).substr(path.rfind('/') + 1);
+    if (!base.starts_with(stem)) continue;
+    bool seen = false;
+    for (auto& p : out) seen |= p == path;
+    if (!seen) out.push_back(path);
+  }
+  return out;
+}
+
+// A library already in the process, else the first of `names` that opens.
+// Handles stay open for the life of the process.
+void* open_library(std::string_view stem, const std::vector<std::string>& names, std::string* which,
+                   std::string* errors) {
+  for (const auto& path : mapped_libraries(stem)) {
+    if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
+      *which = path + " (already loaded)";
+      return h;
+    }
+  }
+  for (const auto& n : names) {
+    if (void* h = ::dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)) {
+      *which = n;
+      return h;
+    }
+    if (const char* e = ::dlerror()) *errors += fmt::format("\n  {}", e);
+  }
+  return nullptr;
+}
+
+template <class F>
+bool resolve(void* h, const char* name, F* out, std::string* missing) {
+  void* p = ::dlsym(h, name);
+  if (!p) {
+    if (!missing->empty()) *missing += ", ";
+    *missing += name;
+    return false;
+  }
+  *out = reinterpret_cast<F>(p);
+  return true;
+}
+
+bool resolve_runtime(void* h, WlCudaRuntime* rt, std::string* missing) {
+  bool ok = true;
+  ok &= resolve(h, "cudaGetDeviceCount", &rt->getDeviceCount, missing);
+  ok &= resolve(h, "cudaSetDevice", &rt->setDevice, missing);
+  ok &= resolve(h, "cudaGetDevice", &rt->getDevice, missing);
+  ok &= resolve(h, "cudaMalloc", &rt->malloc, missing);
+  ok &= resolve(h, "cudaFree", &rt->free, missing);
+  ok &= resolve(h, "cudaHostAlloc", &rt->hostAlloc, missing);
+  ok &= resolve(h, "cudaFreeHost", &rt->freeHost, missing);
+  ok &= resolve(h, "cudaMemcpy", &rt->memcpy, missing);
+  ok &= resolve(h, "cudaMemcpyAsync", &rt->memcpyAsync, missing);
+  ok &= resolve(h, "cudaStreamCreateWithFlags", &rt->streamCreateWithFlags, missing);
+  ok &= resolve(h, "cudaStreamDestroy", &rt->streamDestroy, missing);
+  ok &= resolve(h, "cudaStreamSynchronize", &rt->streamSynchronize, missing);
+  ok &= resolve(h, "cudaEventCreateWithFlags", &rt->eventCreateWithFlags, missing);
+  ok &= resolve(h, "cudaEventDestroy", &rt->eventDestroy, missing);
+  ok &= resolve(h, "cudaEventRecord", &rt->eventRecord, missing);
+  ok &= resolve(h, "cudaEventSynchronize", &rt->eventSynchronize, missing);
+  ok &= resolve(h, "cudaEventQuery", &rt->eventQuery, missing);
+  ok &= resolve(h, "cudaMemGetInfo", &rt->memGetInfo, missing);
+  ok &= resolve(h, "cudaRuntimeGetVersion", &rt->runtimeGetVersion, missing);
+  ok &= resolve(h, "cudaGetLastError", &rt->getLastError, missing);
+  ok &= resolve(h, "cudaGetErrorString", &rt->getErrorString, missing);
+  return ok;
+}
+
+// libweightlift_cuda.so: $WEIGHTLIFT_CUDA_LIBRARY, next to this library or
+// binary (., ../lib), the loader's search path.
+const WlCudaApi* load_kernels(std::string* reason) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("WEIGHTLIFT_CUDA_LIBRARY"); env && *env) candidates.push_back(env);
+  Dl_info info{};
+  if (::dladdr(reinterpret_cast<void*>(&detect_cuda), &info) && info.dli_fname) {
+    std::string dir = dir_of(info.dli_fname);
+    candidates.push_back(dir + "/" + kKernelsLib);
+    candidates.push_back(dir + "/../lib/" + kKernelsLib);
+  }
+  candidates.push_back(kKernelsLib);
+  std::string which, errors;
+  void* h = open_library(kKernelsLib, candidates, &which, &errors);
+  if (!h) {
+    *reason = fmt::format("the CUDA kernels ({}) are not installed or cannot be loaded{}", kKernelsLib, errors);
+    return nullptr;
+  }
+  auto get = reinterpret_cast<const WlCudaApi* (*)()>(::dlsym(h, "wl_cuda_api"));
+  const WlCudaApi* api = get ? get() : nullptr;
+  if (!api || api->abi_version != kWlCudaAbiVersion) {
+    *reason = fmt::format("{} ({}) does not match this weightlift build", kKernelsLib, which);
+    return nullptr;
+  }
+  return api;
+}
+
+std::string driver_error(const WlCudaDriver& d, int code) {
+  const char* s = nullptr;
+  if (d.getErrorString && d.getErrorString(code, &s) == 0 && s) return fmt::format("{} ({})", s, code);
+  return fmt::format("error {}", code);
+}
+
+}  // namespace
+
+Api detect_cuda() {
+  Api a;
+  a.kind = BackendKind::kNone;
+  a.name = "none";
+  // 1. The driver: tells "no driver" from "no device".
+  std::string which, errors;
+  void* drv = open_library("libcuda.so", {"libcuda.so.1"}, &which, &errors);
+  if (!drv) {
+    a.reason = "no NVIDIA driver: libcuda.so.1 is not installed (no CUDA-capable GPU driver on this machine)";
+    return a;
+  }
+  std::string missing;
+  bool ok = resolve(drv, "cuInit", &a.drv.init, &missing) && resolve(drv, "cuDeviceGetCount", &a.drv.deviceGetCount, &missing) &&
+            resolve(drv, "cuDriverGetVersion", &a.drv.driverGetVersion, &missing);
+  (void)resolve(drv, "cuGetErrorString", &a.drv.getErrorString, &missing);
+  if (!ok) {
+    a.reason = fmt::format("the NVIDIA driver library {} lacks {}", which, missing);
+    return a;
+  }
+  int rc = a.drv.init(0);
+  if (rc == kCuErrorStubLibrary) {
+    a.reason = fmt::format("no NVIDIA driver: {} is the CUDA toolkit's stub library, not a driver", which);
+    return a;
+  }
+  if (rc == kCuErrorNoDevice) {
+    a.reason = "no CUDA device: the NVIDIA driver is installed but reports no GPU";
+    return a;
+  }
+  if (rc != 0) {
+    a.reason = fmt::format("the NVIDIA driver failed to initialise: {}", driver_error(a.drv, rc));
+    return a;
+  }
+  int count = 0;
+  if (int r = a.drv.deviceGetCount(&count); r != 0 || count <= 0) {
+    a.reason = r != 0 ? fmt::format("the NVIDIA driver cannot count devices: {}", driver_error(a.drv, r))
+                      : std::string("no CUDA device: the NVIDIA driver reports no GPU");
+    return a;
+  }
+
+  // 2. Our kernels (and the runtime linked into them).
+  const WlCudaApi* kernels = load_kernels(&a.kernels_reason);
+  if (kernels) a.fill_dummy = kernels->fill_dummy;
+
+  // 3. The runtime: one the process has, $WEIGHTLIFT_CUDART, our kernels'
+  //    static runtime, the usual names.
+  std::string rt_which, rt_errors;
+  void* rt = nullptr;
+  for (const auto& path : mapped_libraries("libcudart.so")) {
+    if ((rt = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD))) {
+      rt_which = path + " (already loaded)";
+      break;
+    }
+  }
+  if (!rt) {
+    if (const char* env = std::getenv("WEIGHTLIFT_CUDART"); env && *env) {
+      rt = ::dlopen(env, RTLD_NOW | RTLD_LOCAL);
+      if (rt) rt_which = env;
+      else if (const char* e = ::dlerror()) rt_errors += fmt::format("\n  {}", e);
+    }
+  }
+  if (rt) {
+    std::string rt_missing;
+    if (!resolve_runtime(rt, &a.rt, &rt_missing)) {
+      a.reason = fmt::format("the CUDA runtime {} lacks {}", rt_which, rt_missing);
+      a.rt = {};
+      return a;
+    }
+  } else if (kernels) {
+    a.rt = kernels->runtime;
+    rt_which = std::string(kKernelsLib) + " (static runtime)";
+  } else {
+    rt = open_library("libcudart.so", {"libcudart.so.13", "libcudart.so.12", "libcudart.so", "/usr/local/cuda/lib64/libcudart.so"},
+                      &rt_which, &rt_errors);
+    if (!rt) {
+      a.reason = fmt::format("the CUDA runtime library (libcudart.so) is not installed, and {}{}", a.kernels_reason,
+                             rt_errors);
+      return a;
+    }
+    std::string rt_missing;
+    if (!resolve_runtime(rt, &a.rt, &rt_missing)) {
+      a.reason = fmt::format("the CUDA runtime {} lacks {}", rt_which, rt_missing);
+      a.rt = {};
+      return a;
+    }
+  }
+  int n = 0;
+  if (int r = a.rt.getDeviceCount(&n); r != 0 || n <= 0) {
+    (void)a.rt.getLastError();  // clear the sticky error
+    a.reason = r != 0 ? fmt::format("the CUDA runtime ({}) cannot use the driver: {}", rt_which,
+                                    a.rt.getErrorString ? a.rt.getErrorString(r) : "error")
+                      : std::string("no CUDA device");
+    a.rt = {};
+    return a;
+  }
+  a.kind = BackendKind::kCuda;
+  a.devices = n;
+  a.name = fmt::format("cuda (runtime: {})", rt_which);
+  return a;
+}
+
+CuFile load_cufile(const Api& api, WlCuFile* out) {
+  CuFile c;
+  if (api.devices == 0) {
+    c.reason = "no CUDA device";
+    return c;
+  }
+  std::string which, errors;
+  void* h = open_library("libcufile.so", {"libcufile.so.0", "libcufile.so", "/usr/local/cuda/lib64/libcufile.so.0"},
+                         &which, &errors);
+  if (!h) {
+    c.reason = "cuFile (libcufile.so.0) is not installed";
+    return c;
+  }
+  std::string missing;
+  bool ok = resolve(h, "cuFileDriverOpen", &out->driverOpen, &missing) &&
+            resolve(h, "cuFileHandleRegister", &out->handleRegister, &missing) &&
+            resolve(h, "cuFileHandleDeregister", &out->handleDeregister, &missing) &&
+            resolve(h, "cuFileBufRegister", &out->bufRegister, &missing) &&
+            resolve(h, "cuFileBufDeregister", &out->bufDeregister, &missing) &&
+            resolve(h, "cuFileRead", &out->read, &missing);
+  if (!ok) {
+    c.reason = fmt::format("cuFile ({}) lacks {}", which, missing);
+    return c;
+  }
+  WlCuFileError e = out->driverOpen();
+  if (e.err != 0) {
+    c.reason = fmt::format("cuFileDriverOpen failed (cuFile error {}, CUDA error {})", e.err, e.cu_err);
+    return c;
+  }
+  c.fn = out;
+  return c;
+}
+
+Nccl load_nccl(const Api& api, WlNccl* out) {
+  Nccl n;
+  if (api.devices == 0) {
+    n.reason = "no CUDA device";
+    return n;
+  }
+  std::string which, errors;
+  void* h = open_library("libnccl.so", {"libnccl.so.2", "libnccl.so", "/usr/local/cuda/lib64/libnccl.so.2"}, &which,
+                         &errors);
+  if (!h) {
+    n.reason = "NCCL (libnccl.so.2) is not installed";
+    return n;
+  }
+  std::string missing;
+  bool ok = resolve(h, "ncclGetVersion", &out->getVersion, &missing) &&
+            resolve(h, "ncclGetUniqueId", &out->getUniqueId, &missing) &&
+            resolve(h, "ncclCommInitRank", &out->commInitRank, &missing) &&
+            resolve(h, "ncclCommDestroy", &out->commDestroy, &missing) &&
+            resolve(h, "ncclAllGather", &out->allGather, &missing) &&
+            resolve(h, "ncclBroadcast", &out->broadcast, &missing) &&
+            resolve(h, "ncclGetErrorString", &out->getErrorString, &missing);
+  if (!ok) {
+    n.reason = fmt::format("NCCL ({}) lacks {}", which, missing);
+    return n;
+  }
+  n.fn = out;
+  return n;
+}
+
+// ---- the process-wide backend ----------------------------------------------------
+
+namespace {
+
+std::mutex g_backend_mu;
+std::unique_ptr<Backend>& backend_slot() {
+  static std::unique_ptr<Backend> b;
+  return b;
+}
+
+Api initial_api() {
+  const char* sel = std::getenv("WEIGHTLIFT_GPU_BACKEND");
+  std::string s = sel ? sel : "";
+  if (s == "fake") {
+    fake::Options o;
+    if (const char* n = std::getenv("WEIGHTLIFT_FAKE_GPUS"); n && *n) o.devices = std::atoi(n);
+    return fake::make_api(o);
+  }
+  Api a = detect_cuda();
+  if (!s.empty() && s != "cuda" && s != "auto")
+    a.reason = fmt::format("WEIGHTLIFT_GPU_BACKEND='{}' is not a backend (expected cuda or fake); ", s) + a.reason;
+  return a;
+}
+
+}  // namespace
+
+Backend& backend() {
+  std::lock_guard lk(g_backend_mu);
+  auto& b = backend_slot();
+  if (!b) b = std::make_unique<Backend>(initial_api());
+  return *b;
+}
+
+void replace_backend(std::unique_ptr<Backend> b) {
+  std::unique_ptr<Backend> old;
+  {
+    std::lock_guard lk(g_backend_mu);
+    old = std::exchange(backend_slot(), std::move(b));
+  }
+  old.reset();  // outside the lock: its copiers join their threads
+}
+
+Backend::Backend(Api api) : api_(std::move(api)) {}
+
+Backend::~Backend() {
+  copiers_.clear();  // join the completion threads before the ring goes
+  ring_.reset();
+}
+
+Result<Ring*> Backend::ring() {
+  std::lock_guard lk(mu_);
+  if (!ring_) {
+    WL_RETURN_IF_ERROR(require_device(api_, 0));
+    WL_ASSIGN_OR_RETURN(RingOptions o, ring_options());
+    WL_ASSIGN_OR_RETURN(ring_, Ring::create(api_, o));
+  }
+  return ring_.get();
+}
+
+bool Backend::ring_created() const {
+  std::lock_guard lk(mu_);
+  return ring_ != nullptr;
+}
+
+Result<Copier*> Backend::copier(int device) {
+  WL_RETURN_IF_ERROR(require_device(api_, device));
+  WL_ASSIGN_OR_RETURN(Ring * r, ring());
+  std::lock_guard lk(mu_);
+  if (copiers_.size() < static_cast<size_t>(api_.devices)) copiers_.resize(static_cast<size_t>(api_.devices));
+  auto& c = copiers_[static_cast<size_t>(device)];
+  if (!c) {
+    WL_ASSIGN_OR_RETURN(RingOptions o, ring_options());
+    WL_ASSIGN_OR_RETURN(c, Copier::create(api_, device, o.streams, r));
+  }
+  return c.get();
+}
+
+const CuFile& Backend::cufile() {
+  std::call_once(cufile_once_, [&] {
+    if (api_.kind == BackendKind::kFake) {
+      cufile_.fn = api_.fake_cufile;
+      if (!cufile_.fn) cufile_.reason = "cuFile is not installed (fake backend)";
+      if (cufile_.fn) {
+        WlCuFileError e = cufile_.fn->driverOpen();
+        if (e.err != 0) {
+          cufile_.reason = fmt::format("cuFileDriverOpen failed (cuFile error {}, CUDA error {})", e.err, e.cu_err);
+          cufile_.fn = nullptr;
+        }
+      }
+      return;
+    }
+    cufile_ = load_cufile(api_, &cufile_fn_);
+  });
+  return cufile_;
+}
+
+const Nccl& Backend::nccl() {
+  std::call_once(nccl_once_, [&] {
+    if (api_.kind == BackendKind::kFake) {
+      nccl_.fn = api_.fake_nccl;
+      if (!nccl_.fn) nccl_.reason = "NCCL is not installed (fake backend)";
+      return;
+    }
+    nccl_ = load_nccl(api_, &nccl_fn_);
+  });
+  return nccl_;
+}
+
+Status cuda_error(const Api& api, int code, std::string_view what) {
+  const char* s = api.rt.getErrorString ? api.rt.getErrorString(code) : nullptr;
+  return Status::IoError(fmt::format("CUDA: {}: {} (error {})", what, s ? s : "unknown error", code));
+}
+
+Status require_device(const Api& api, int device) {
+  if (api.devices <= 0) return Status::Unavailable(api.reason.empty() ? std::string("no CUDA device") : api.reason);
+  if (device < 0 || device >= api.devices)
+    return Status::InvalidArgument(fmt::format("no CUDA device {} (there are {})", device, api.devices));
+  return Status();
+}
+
+Status set_device(const Api& api, int device) {
+  WL_RETURN_IF_ERROR(require_device(api, device));
+  if (int rc = api.rt.setDevice(device); rc != 0) return cuda_error(api, rc, fmt::format("cudaSetDevice({})", device));
+  return Status();
+}
+
+Status launch_fill_dummy(int kind, void* device_ptr, uint64_t numel, const dummy::Params& params, int device) {
+  const Api& a = backend().api();
+  WL_RETURN_IF_ERROR(require_device(a, device));
+  if (!a.fill_dummy) return Status::Unavailable(a.kernels_reason);
+  char err[256] = {};
+  if (a.fill_dummy(device, kind, device_ptr, numel, &params, err, sizeof err) != 0)
+    return Status::IoError(std::string("CUDA: ") + err);
+  return Status();
+}
+
+}  // namespace wl::gpu

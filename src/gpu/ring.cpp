@@ -1,0 +1,189 @@
+#include "gpu/ring.h"
+
+#include <fmt/format.h>
+
+namespace wl::gpu {
+
+// ---- Ring ----------------------------------------------------------------------------
+
+Result<std::unique_ptr<Ring>> Ring::create(const Api& api, const RingOptions& o) {
+  WL_RETURN_IF_ERROR(require_device(api, 0));
+  const uint64_t total = o.slot_bytes * o.slots;
+  void* p = nullptr;
+  if (int rc = api.rt.hostAlloc(&p, static_cast<size_t>(total), kCudaHostAllocPortable); rc != 0)
+    return cuda_error(api, rc, fmt::format("cudaHostAlloc of the {}x{} KiB pinned staging ring", o.slots,
+                                           o.slot_bytes >> 10));
+  return std::unique_ptr<Ring>(new Ring(api, static_cast<std::byte*>(p), o.slot_bytes, o.slots));
+}
+
+Ring::Ring(const Api& api, std::byte* base, uint64_t slot_bytes, uint32_t slots)
+    : api_(api), base_(base), slot_bytes_(slot_bytes), slots_(slots) {
+  for (uint32_t i = slots; i-- > 0;) free_.push_back(i);  // slot 0 first
+}
+
+Ring::~Ring() { (void)api_.rt.freeHost(base_); }
+
+std::optional<uint32_t> Ring::acquire(const std::function<bool()>& stop) {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return stop() || !free_.empty(); });
+  if (stop()) return std::nullopt;
+  uint32_t id = free_.back();
+  free_.pop_back();
+  return id;
+}
+
+void Ring::release(uint32_t id) {
+  {
+    std::lock_guard lk(mu_);
+    free_.push_back(id);
+  }
+  cv_.notify_all();
+}
+
+void Ring::wake_all() {
+  { std::lock_guard lk(mu_); }  // a waiter between its check and its wait sees the change
+  cv_.notify_all();
+}
+
+uint32_t Ring::free_slots() const {
+  std::lock_guard lk(mu_);
+  return static_cast<uint32_t>(free_.size());
+}
+
+// ---- Copier ------------------------------------------------------------------------------
+
+Result<std::unique_ptr<Copier>> Copier::create(const Api& api, int device, int streams, Ring* ring) {
+  WL_RETURN_IF_ERROR(set_device(api, device));
+  std::unique_ptr<Copier> c(new Copier(api, device, ring));
+  for (int i = 0; i < streams; ++i) {
+    void* s = nullptr;
+    if (int rc = api.rt.streamCreateWithFlags(&s, kCudaStreamNonBlocking); rc != 0)
+      return cuda_error(api, rc, fmt::format("cudaStreamCreateWithFlags on cuda:{}", device));
+    c->streams_.push_back(s);
+  }
+  c->thread_ = std::thread([p = c.get()] { p->run(); });
+  return c;
+}
+
+Copier::~Copier() {
+  {
+    std::lock_guard lk(mu_);
+    stop_ = true;
+  }
+  cv_.notify_all();
+  if (thread_.joinable()) thread_.join();
+  (void)set_device(api_, device_);
+  for (void* s : streams_) (void)api_.rt.streamDestroy(s);
+  for (void* e : all_events_) (void)api_.rt.eventDestroy(e);
+}
+
+Result<void*> Copier::take_event() {
+  std::lock_guard lk(events_mu_);
+  if (!events_.empty()) {
+    void* e = events_.back();
+    events_.pop_back();
+    return e;
+  }
+  void* e = nullptr;
+  if (int rc = api_.rt.eventCreateWithFlags(&e, kCudaEventDisableTiming); rc != 0)
+    return cuda_error(api_, rc, fmt::format("cudaEventCreateWithFlags on cuda:{}", device_));
+  all_events_.push_back(e);
+  return e;
+}
+
+Status Copier::submit(UploadTracker* owner, uint32_t slot, std::span<const UploadCopy> copies,
+                      std::function<void(Status)> done) {
+  std::span<std::byte> src = ring_->bytes(slot);
+  for (const UploadCopy& c : copies)
+    if (c.src_offset > src.size() || c.size > src.size() - c.src_offset) {
+      ring_->release(slot);
+      return Status::Internal(fmt::format("a copy of {} bytes at {} exceeds the {}-byte staging slot", c.size,
+                                          c.src_offset, src.size()));
+    }
+  if (Status s = set_device(api_, device_); !s.ok()) {
+    ring_->release(slot);
+    return s;
+  }
+  void* stream = streams_[next_stream_++ % streams_.size()];
+  Status copy_status;
+  for (const UploadCopy& c : copies) {
+    if (c.size == 0) continue;
+    if (int rc = api_.rt.memcpyAsync(c.dst, src.data() + c.src_offset, static_cast<size_t>(c.size),
+                                     kCudaMemcpyHostToDevice, stream);
+        rc != 0) {
+      copy_status = cuda_error(api_, rc, fmt::format("cudaMemcpyAsync of {} bytes to cuda:{}", c.size, device_));
+      break;
+    }
+  }
+  // The slot may be read by copies already queued: it returns to the ring
+  // only after an event behind them, whatever happened.
+  auto ev = take_event();
+  if (ev.ok()) {
+    if (int rc = api_.rt.eventRecord(*ev, stream); rc != 0) {
+      std::lock_guard lk(events_mu_);
+      events_.push_back(*ev);
+      ev = cuda_error(api_, rc, "cudaEventRecord");
+    }
+  }
+  if (!ev.ok()) {
+    (void)api_.rt.streamSynchronize(stream);
+    ring_->release(slot);
+    return copy_status.ok() ? ev.status() : copy_status;
+  }
+  owner->add();
+  {
+    std::lock_guard lk(mu_);
+    queue_.push_back({*ev, slot, owner, copy_status.ok() ? std::move(done) : std::function<void(Status)>()});
+  }
+  cv_.notify_all();
+  return copy_status;
+}
+
+void Copier::run() {
+  (void)set_device(api_, device_);
+  while (true) {
+    Submission s;
+    {
+      std::unique_lock lk(mu_);
+      cv_.wait(lk, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      s = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    int rc = api_.rt.eventSynchronize(s.event);
+    Status st = rc == 0 ? Status() : cuda_error(api_, rc, fmt::format("copy to cuda:{}", device_));
+    {
+      std::lock_guard lk(events_mu_);
+      events_.push_back(s.event);
+    }
+    ring_->release(s.slot);  // before `done`: readers go on while the sink runs
+    if (s.done) s.done(st);
+    s.owner->done(s.done ? st : Status());
+  }
+}
+
+// ---- RingUploader --------------------------------------------------------------------------
+
+Result<StagingSlot> RingUploader::acquire() {
+  auto id = ring_->acquire([this] { return cancelled_.load(); });
+  if (!id) return Status::Cancelled("the load was cancelled");
+  return StagingSlot{ring_->bytes(*id), *id};
+}
+
+Status RingUploader::submit(StagingSlot slot, std::span<const UploadCopy> copies, std::function<void(Status)> done) {
+  return copier_->submit(&tracker_, slot.id, copies, std::move(done));
+}
+
+void RingUploader::cancel() {
+  cancelled_ = true;
+  ring_->wake_all();
+}
+
+Result<std::unique_ptr<RingUploader>> ring_uploader(int device) {
+  Backend& b = backend();
+  WL_ASSIGN_OR_RETURN(Copier * c, b.copier(device));
+  WL_ASSIGN_OR_RETURN(Ring * r, b.ring());
+  return std::make_unique<RingUploader>(r, c);
+}
+
+}  // namespace wl::gpu

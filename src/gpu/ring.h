@@ -1,0 +1,130 @@
+// Private: the pinned staging ring, the per-device copier and the Uploader
+// over them (destination.h's contract).
+//
+//   Ring      N slots of pinned memory from one cudaHostAlloc, made once per
+//             process (per backend) and reused by every load; a free list.
+//   Copier    per device: S streams (copies go round-robin), a pool of
+//             events, and one completion thread that waits for each
+//             submission's event in submission order, returns its slot to
+//             the ring, then runs its `done`.
+//   RingUploader  one load's view of both: acquire() waits for a free slot
+//             (or its own cancel()), submit() hands copies to the copier,
+//             flush() waits for this load's submissions only.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <thread>
+#include <vector>
+
+#include "engine/delivery.h"
+#include "gpu/api.h"
+#include "weightlift/destination.h"
+
+namespace wl::gpu {
+
+class Ring {
+ public:
+  static Result<std::unique_ptr<Ring>> create(const Api& api, const RingOptions& options);
+  ~Ring();
+  Ring(const Ring&) = delete;
+  Ring& operator=(const Ring&) = delete;
+
+  uint64_t slot_bytes() const { return slot_bytes_; }
+  uint32_t slots() const { return slots_; }
+  // A free slot, waiting while none is; nullopt once stop() is true (checked
+  // whenever the ring changes and on wake_all()).
+  std::optional<uint32_t> acquire(const std::function<bool()>& stop);
+  void release(uint32_t id);
+  void wake_all();
+  std::span<std::byte> bytes(uint32_t id) const { return {base_ + uint64_t{id} * slot_bytes_, slot_bytes_}; }
+  uint32_t free_slots() const;
+
+ private:
+  Ring(const Api& api, std::byte* base, uint64_t slot_bytes, uint32_t slots);
+  const Api& api_;
+  std::byte* base_;
+  uint64_t slot_bytes_;
+  uint32_t slots_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<uint32_t> free_;
+};
+
+// One load's submissions in flight and their first asynchronous error.
+using UploadTracker = engine::PendingCopies;
+
+class Copier {
+ public:
+  static Result<std::unique_ptr<Copier>> create(const Api& api, int device, int streams, Ring* ring);
+  ~Copier();
+  Copier(const Copier&) = delete;
+  Copier& operator=(const Copier&) = delete;
+
+  int device() const { return device_; }
+  // See Uploader::submit: the slot returns to the ring after the copies'
+  // event, also when this fails (then `done` is not called).
+  Status submit(UploadTracker* owner, uint32_t slot, std::span<const UploadCopy> copies,
+                std::function<void(Status)> done);
+
+ private:
+  struct Submission {
+    void* event = nullptr;
+    uint32_t slot = 0;
+    UploadTracker* owner = nullptr;
+    std::function<void(Status)> done;  // empty: the submit failed
+  };
+  Copier(const Api& api, int device, Ring* ring) : api_(api), device_(device), ring_(ring) {}
+  Result<void*> take_event();
+  void run();
+
+  const Api& api_;
+  const int device_;
+  Ring* ring_;
+  std::vector<void*> streams_;
+  std::atomic<uint64_t> next_stream_{0};
+  std::mutex events_mu_;
+  std::vector<void*> events_;      // free
+  std::vector<void*> all_events_;  // to destroy
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Submission> queue_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+class RingUploader : public Uploader {
+ public:
+  RingUploader(Ring* ring, Copier* copier) : ring_(ring), copier_(copier) {}
+  ~RingUploader() override { (void)flush(); }
+  uint64_t slot_bytes() const override { return ring_->slot_bytes(); }
+  Result<StagingSlot> acquire() override;
+  Status submit(StagingSlot slot, std::span<const UploadCopy> copies, std::function<void(Status)> done) override;
+  void release(StagingSlot slot) override { ring_->release(slot.id); }
+  Status flush() override { return tracker_.wait(); }
+  void cancel() override;
+  // A new load: cancel() and earlier copy errors forgotten (after they completed).
+  void reset() {
+    tracker_.reset();
+    cancelled_ = false;
+  }
+  int device() const { return copier_->device(); }
+
+ private:
+  Ring* ring_;
+  Copier* copier_;
+  UploadTracker tracker_;
+  std::atomic<bool> cancelled_{false};
+};
+
+// An uploader for cuda:`device` on the current backend.
+Result<std::unique_ptr<RingUploader>> ring_uploader(int device);
+
+}  // namespace wl::gpu
