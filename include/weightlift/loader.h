@@ -111,8 +111,15 @@ struct LoadOptions {
   bool ordered = false;
 
   // Distributed loading (not owned): the ranks of `collective` read the
-  // checkpoint once in total and exchange over it. nullptr: this process
-  // reads everything it delivers.
+  // checkpoint once in total and exchange over it (docs/distributed.md).
+  // Every rank calls load_files with the same files (same headers; paths may
+  // differ), and the same shard_rules; local_experts may differ by rank. The
+  // reads always stream (strategy is ignored); with shard_rules each rank
+  // keeps its own shard (tp_rank/tp_size must then be rank/world or be left
+  // at 0/1). Each rank contributes 4 x block_size bytes per exchange round
+  // (32 MiB by default; at most max_memory / 4 / world). One rank's failure
+  // fails every rank with a message naming it. nullptr: this process reads
+  // everything it delivers.
   Collective* collective = nullptr;
 
   // The system facts `auto` and the memory policy consult.
