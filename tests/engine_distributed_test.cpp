@@ -105,10 +105,16 @@ TEST_F(DistributedTest, ShardRulesGiveEachRankOnlyItsShard) {
   std::vector<ShardRule> rules = {{"*.q_proj.weight", 0}, {"*.o_proj.weight", 1}, {"model.embed.weight", 0}};
   const int w = 4;
   auto res = run(w, [&](int, LoadOptions& o, std::vector<std::string>&) { o.shard_rules = rules; });
-  uint64_t read = 0;
+  uint64_t read = 0, replicated = 0;
+  auto single = *load_all(files_, LoadOptions{});
+  for (auto& [name, bytes] : single)
+    if (!find_shard_rule(rules, name)) replicated += bytes.size();
   for (int r = 0; r < w; ++r) {
     const RankResult& x = res[static_cast<size_t>(r)];
     ASSERT_TRUE(x.status.ok()) << x.status.to_string();
+    // Only the replicated tensors move: the others' slices of them, in blocks with a 64-byte trailer.
+    EXPECT_GT(x.stats.bytes_exchanged, 0u);
+    EXPECT_LE(x.stats.bytes_exchanged, replicated * (w - 1) / w + w * 64 + w) << "rank " << r;
     LoadOptions one;
     one.shard_rules = rules;
     one.tp_rank = r;

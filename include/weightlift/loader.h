@@ -135,6 +135,9 @@ struct LoadStats {
   Strategy strategy = Strategy::kLazy;  // what ran (auto resolves to prefetch or lazy)
   bool direct_io = false;               // stream used O_DIRECT
   bool gds = false;                     // stream read into device memory with GPUDirect Storage
+  // Distributed: bytes this rank received from the others over the
+  // collective (their exchange blocks, padding included).
+  uint64_t bytes_exchanged = 0;
 };
 
 // Loads the tensors of the given weight files (any CheckpointReader format;

@@ -16,9 +16,19 @@
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 
+namespace wl {
+class Collective;
+}
+
 namespace wlpy {
 
 namespace nb = nanobind;
+
+// ---- components (python/src/bind_<component>.cpp) -------------------------------
+
+void bind_dist(nb::module_& m);
+// The wl::Collective behind a weightlift._core.Collective object (engine option "collective").
+wl::Collective* collective_from(nb::handle h);
 
 // ---- errors -----------------------------------------------------------------
 

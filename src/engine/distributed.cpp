@@ -249,9 +249,20 @@ Status Runner::hello() {
   const Hello& ref = all[0];
   for (int k = 1; k < world_; ++k) {
     const Hello& h = all[static_cast<size_t>(k)];
-    if (h.digests.size() != ref.digests.size())
-      return Status::Aborted(fmt::format("ranks disagree on the checkpoint: rank {} has {} files, rank 0 has {}", k,
-                                         h.digests.size(), ref.digests.size()));
+    if (h.digests.size() != ref.digests.size()) {
+      // Name a file one side has and the other lacks.
+      const bool fewer = h.names.size() < ref.names.size();
+      const auto& more = fewer ? ref.names : h.names;
+      const auto& less = fewer ? h.names : ref.names;
+      std::string lacking;
+      for (const std::string& n : more)
+        if (std::find(less.begin(), less.end(), n) == less.end()) {
+          lacking = fmt::format(" (rank {} lacks '{}')", fewer ? k : 0, n);
+          break;
+        }
+      return Status::Aborted(fmt::format("ranks disagree on the checkpoint: rank {} has {} files, rank 0 has {}{}", k,
+                                         h.digests.size(), ref.digests.size(), lacking));
+    }
     for (size_t f = 0; f < ref.digests.size(); ++f)
       if (h.digests[f] != ref.digests[f])
         return Status::Aborted(fmt::format(
@@ -356,6 +367,7 @@ Result<LoadStats> Runner::run() {
   stats.tensors = d_->tensors();
   stats.bytes = d_->bytes();
   stats.bytes_read = own_stats.bytes_read + bytes_read_.load();
+  stats.bytes_exchanged = rp_.rounds * static_cast<uint64_t>(world_ - 1) * slot_;
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;
 }

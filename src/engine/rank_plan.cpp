@@ -95,6 +95,9 @@ Result<RankPlan> make_rank_plan(const RankPlanInput& in) {
   for (uint64_t n : rp.own_bytes)
     if (!add_to(everything, n)) return Status::InvalidArgument("sizes overflow");
   std::vector<uint64_t> share = level_shares(rp.own_bytes, rp.shared_bytes);
+  // Blocks no larger than the largest slice: small checkpoints get small buffers.
+  const uint64_t largest = *std::max_element(share.begin(), share.end());
+  if (largest > 0) rp.block = std::min(rp.block, largest);
   rp.cut.assign(w + 1, 0);
   rp.read_bytes.assign(w, 0);
   for (size_t k = 0; k < w; ++k) {
