@@ -20,7 +20,9 @@
 // calls Collective::abort().
 #include <algorithm>
 #include <chrono>
+#include <atomic>
 #include <cstring>
+#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
@@ -151,8 +153,7 @@ class Runner {
   Status exchange();
   Status goodbye(Status mine);
   Status read_slice(uint64_t a, uint64_t b, std::byte* into);
-  Status scatter(uint64_t round, const std::byte* x);
-  Status land(uint32_t ti, uint64_t dst_off, const std::byte* src, uint64_t len);
+  Status scatter(uint64_t round, const std::byte* x, uint64_t slot);
   // A collective call failed: the group is unusable.
   Status broken(Status s) {
     if (d_) d_->fail(s);
@@ -183,6 +184,7 @@ class Runner {
   RankPlan rp_;
   std::unique_ptr<Delivery> d_;
   bool direct_ = false;
+  int scatter_threads_ = 1;
   std::atomic<uint64_t> bytes_read_{0};
 
   // The exchange.
@@ -331,6 +333,7 @@ Result<LoadStats> Runner::run() {
   if (direct.ok()) direct_ = *direct, ro_.direct = direct_ ? DirectIo::kOn : DirectIo::kOff;
   else local = direct.status();
   if (local.ok()) local = setup_exchange();
+  scatter_threads_ = o_.threads > 0 ? o_.threads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
   stats.direct_io = direct_;
 
   // 2. This rank's own tensors, in the background.
@@ -367,7 +370,8 @@ Result<LoadStats> Runner::run() {
   stats.tensors = d_->tensors();
   stats.bytes = d_->bytes();
   stats.bytes_read = own_stats.bytes_read + bytes_read_.load();
-  stats.bytes_exchanged = rp_.rounds * static_cast<uint64_t>(world_ - 1) * slot_;
+  for (uint64_t i = 0; i < rp_.rounds; ++i)
+    stats.bytes_exchanged += static_cast<uint64_t>(world_ - 1) * (rp_.round_block(i) + kTrailer);
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;
 }
@@ -432,50 +436,101 @@ Status Runner::read_slice(uint64_t a, uint64_t b, std::byte* into) {
   return s;
 }
 
-Status Runner::land(uint32_t i, uint64_t dst_off, const std::byte* src, uint64_t len) {
-  const PlannedTensor& t = plan_.tensors[order_[i]];
-  const std::string& path = plan_.files[t.file].path;
-  Received& r = recv_[i];
-  if (!r.placed) {
-    auto reg = place(t, dest_);
-    if (!reg.ok()) return Status(reg.status()).with_file(path);
-    r.region = std::move(*reg);
-    r.placed = true;
-  }
-  Status s = c_.device().host_accessible()
-                 ? write_region(dest_, r.region, dst_off, std::span(src, len))
-                 : c_.copy(r.region.data + dst_off, r.region.device, src, c_.device(), len);
-  if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(path);
-  r.remaining -= len;
-  if (r.remaining > 0) return Status();
-  Status st = d_->deliver(t, path, view_of(t, r.region));
-  r.region.owner.reset();  // the delivered view holds it now
-  return st;
-}
-
-Status Runner::scatter(uint64_t round, const std::byte* x) {
+// The round's bytes into the tensors this rank keeps: regions placed first
+// (in stream order), then the copies, in parallel for host exchange memory
+// (a rank copies (W-1)/W of everything it receives: one thread's memcpy
+// would trail a fast interconnect), then the completed tensors handed over.
+Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
+  struct Copy {
+    uint32_t tensor;
+    uint64_t dst_off;
+    const std::byte* src;
+    uint64_t len;
+  };
+  std::vector<Copy> copies;
   for (int k = 0; k < world_; ++k) {
     auto [a, b] = rp_.slice(k, round);
-    const std::byte* base = x + static_cast<uint64_t>(k) * slot_;
+    const std::byte* base = x + static_cast<uint64_t>(k) * slot;
     for (size_t e = first_extent(rp_, a); e < rp_.shared.size() && rp_.shared[e].pos < b; ++e) {
       const SharedExtent& ext = rp_.shared[e];
       if (!want_[ext.tensor]) continue;
       const uint64_t s = std::max(a, ext.pos), t = std::min(b, ext.pos + ext.len);
-      if (s < t) WL_RETURN_IF_ERROR(land(ext.tensor, ext.dst_off + (s - ext.pos), base + (s - a), t - s));
+      if (s >= t) continue;
+      Received& r = recv_[ext.tensor];
+      if (!r.placed) {
+        const PlannedTensor& pt = plan_.tensors[order_[ext.tensor]];
+        auto reg = place(pt, dest_);
+        if (!reg.ok()) return Status(reg.status()).with_file(plan_.files[pt.file].path);
+        r.region = std::move(*reg);
+        r.placed = true;
+      }
+      copies.push_back({ext.tensor, ext.dst_off + (s - ext.pos), base + (s - a), t - s});
     }
+  }
+  auto run = [&](const Copy& cp) -> Status {
+    const Region& reg = recv_[cp.tensor].region;
+    Status st = c_.device().host_accessible()
+                    ? write_region(dest_, reg, cp.dst_off, std::span(cp.src, cp.len))
+                    : c_.copy(reg.data + cp.dst_off, reg.device, cp.src, c_.device(), cp.len);
+    if (!st.ok()) {
+      const PlannedTensor& pt = plan_.tensors[order_[cp.tensor]];
+      return std::move(st).with_tensor(pt.name).with_file(plan_.files[pt.file].path);
+    }
+    return Status();
+  };
+  if (!c_.device().host_accessible() || copies.size() <= 1) {  // a device collective is called from one thread
+    for (const Copy& cp : copies) WL_RETURN_IF_ERROR(run(cp));
+  } else {
+    constexpr uint64_t kPiece = uint64_t{4} << 20;
+    std::vector<Copy> pieces;
+    for (const Copy& cp : copies)
+      for (uint64_t o = 0; o < cp.len; o += kPiece)
+        pieces.push_back({cp.tensor, cp.dst_off + o, cp.src + o, std::min(kPiece, cp.len - o)});
+    const size_t n = std::min<size_t>(pieces.size(), static_cast<size_t>(scatter_threads_));
+    std::atomic<size_t> next{0};
+    std::mutex mu;
+    Status first;
+    auto worker = [&] {
+      for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
+        Status st = run(pieces[i]);
+        if (!st.ok()) {
+          std::lock_guard lk(mu);
+          if (first.ok()) first = st;
+          return;
+        }
+      }
+    };
+    std::vector<std::thread> pool;
+    for (size_t i = 1; i < n; ++i) pool.emplace_back(worker);
+    worker();
+    for (auto& t : pool) t.join();
+    WL_RETURN_IF_ERROR(first);
+  }
+  for (const Copy& cp : copies) {
+    Received& r = recv_[cp.tensor];
+    r.remaining -= cp.len;
+    if (r.remaining > 0) continue;
+    const PlannedTensor& pt = plan_.tensors[order_[cp.tensor]];
+    Status st = d_->deliver(pt, plan_.files[pt.file].path, view_of(pt, r.region));
+    r.region.owner.reset();  // the delivered view holds it now
+    WL_RETURN_IF_ERROR(st);
   }
   return Status();
 }
 
 Status Runner::exchange() {
   const bool device = !c_.device().host_accessible();
-  const uint64_t w = static_cast<uint64_t>(world_), mine = static_cast<uint64_t>(me_) * slot_;
-  // Where this rank's block of buffer j is read to.
-  auto target = [&](int j) { return device ? host_[static_cast<size_t>(j)].data() : host_[static_cast<size_t>(j)].data() + mine; };
+  const uint64_t w = static_cast<uint64_t>(world_), me = static_cast<uint64_t>(me_);
+  // Round i: W slots of its block + a trailer, in buffer i % 2; where this rank's block is read to.
+  auto slot = [&](uint64_t i) { return rp_.round_block(i) + kTrailer; };
+  auto target = [&](uint64_t i) {
+    std::byte* b = host_[static_cast<size_t>(i % 2)].data();
+    return device ? b : b + me * slot(i);
+  };
   Status local = d_->status();
   Task reader;
   auto start_read = [&](uint64_t round) {
-    reader.start([this, round, into = target(static_cast<int>(round % 2))] {
+    reader.start([this, round, into = target(round)] {
       auto [a, b] = rp_.slice(me_, round);
       return read_slice(a, b, into);
     });
@@ -483,19 +538,19 @@ Status Runner::exchange() {
   if (rp_.rounds > 0 && local.ok()) start_read(0);
   std::vector<uint64_t> flags(static_cast<size_t>(world_));
   for (uint64_t i = 0; i < rp_.rounds; ++i) {
-    const int j = static_cast<int>(i % 2);
+    const uint64_t blk = rp_.round_block(i), sl = blk + kTrailer;
     Status r = reader.join();
     if (local.ok()) local = r;
     if (local.ok()) local = d_->status();  // the sink, the progress callback or the own reads failed
     const uint64_t flag = local.ok() ? 0 : 1;
-    std::memcpy(target(j) + rp_.block, &flag, sizeof flag);
-    std::byte* x = device ? device_x_.get() : host_[static_cast<size_t>(j)].data();
+    std::memcpy(target(i) + blk, &flag, sizeof flag);
+    std::byte* x = device ? device_x_.get() : host_[static_cast<size_t>(i % 2)].data();
     if (device) {
-      Status s = c_.copy(x + mine, c_.device(), target(j), kCpu, slot_);
+      Status s = c_.copy(x + me * sl, c_.device(), target(i), kCpu, sl);
       if (!s.ok()) return broken(s);
     }
     if (local.ok() && i + 1 < rp_.rounds) start_read(i + 1);
-    Status g = c_.all_gather(x, slot_);
+    Status g = c_.all_gather(x, sl);
     if (!g.ok()) {
       d_->fail(g);
       (void)reader.join();
@@ -504,11 +559,11 @@ Status Runner::exchange() {
     bool any = false;
     for (uint64_t k = 0; k < w; ++k) {
       if (device) {
-        Status s = c_.copy(reinterpret_cast<std::byte*>(&flags[k]), kCpu, x + k * slot_ + rp_.block, c_.device(),
+        Status s = c_.copy(reinterpret_cast<std::byte*>(&flags[k]), kCpu, x + k * sl + blk, c_.device(),
                            sizeof(uint64_t));
         if (!s.ok()) return broken(s);
       } else {
-        std::memcpy(&flags[k], x + k * slot_ + rp_.block, sizeof(uint64_t));
+        std::memcpy(&flags[k], x + k * sl + blk, sizeof(uint64_t));
       }
       any |= flags[k] != 0;
     }
@@ -520,7 +575,7 @@ Status Runner::exchange() {
       return s.ok() ? Status::Internal("a rank flagged a failure it did not report") : s;
     }
     if (local.ok()) {
-      local = scatter(i, x);
+      local = scatter(i, x, sl);
       if (!local.ok()) d_->fail(local);
     }
   }

@@ -48,6 +48,15 @@ std::pair<uint64_t, uint64_t> RankPlan::slice(int k, uint64_t round) const {
   return {a, std::min(end, a + block)};
 }
 
+uint64_t RankPlan::round_block(uint64_t round) const {
+  uint64_t n = 0;
+  for (int k = 0; k < world; ++k) {
+    auto [a, b] = slice(k, round);
+    n = std::max(n, b - a);
+  }
+  return n;
+}
+
 Result<RankPlan> make_rank_plan(const RankPlanInput& in) {
   if (in.world < 1) return Status::InvalidArgument(fmt::format("world size {} is below 1", in.world));
   if (in.rank < 0 || in.rank >= in.world)

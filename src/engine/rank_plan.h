@@ -77,6 +77,9 @@ struct RankPlan {
   // Rank k's bytes of round i, as a range of the shared stream (empty when
   // its slice is used up; the block is then padding).
   std::pair<uint64_t, uint64_t> slice(int k, uint64_t round) const;
+  // The exchange block of round i: the longest of the ranks' slices in it
+  // (`block` but in a last, shorter round).
+  uint64_t round_block(uint64_t round) const;
 };
 
 // kInvalidArgument for a world below 1, a rank outside it, wants that do not

@@ -27,7 +27,7 @@ int mpi_fail(int rc, const char* what, char* err, size_t errlen) {
 }
 
 // Polls a non-blocking collective until it completes or the timeout passes:
-// spinning (with sched_yield) for the first 50 ms, then napping 50 us
+// spinning (with sched_yield) for the first 5 ms, then napping 50 us
 // between tests, so that idle ranks leave the cores to the ranks reading.
 int wait_for(MPI_Request* req, int64_t timeout_ms, const char* what, char* err, size_t errlen) {
   const auto t0 = std::chrono::steady_clock::now();
@@ -42,7 +42,7 @@ int wait_for(MPI_Request* req, int64_t timeout_ms, const char* what, char* err, 
                     static_cast<long long>(timeout_ms));
       return kWlMpiTimeout;
     }
-    if (waited < std::chrono::milliseconds(50)) sched_yield();
+    if (waited < std::chrono::milliseconds(5)) sched_yield();
     else std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
 }
