@@ -101,6 +101,34 @@ TEST_F(DistributedTest, EveryRankGetsTheSingleProcessTensorsReadingOnceInTotal) 
   }
 }
 
+TEST_F(DistributedTest, CallerDestinationsReceiveThroughExchangeBuffers) {
+  // A caller's memory (vLLM's parameters) on any rank: every rank then
+  // exchanges through buffers and copies into the regions, the same bytes.
+  auto single = *load_all(files_, LoadOptions{});
+  for (bool all_callers : {true, false}) {
+    std::vector<std::unique_ptr<Destination>> dests;
+    std::mutex mu;
+    std::vector<std::shared_ptr<Buffer>> keep;
+    for (int r = 0; r < 3; ++r)
+      dests.push_back(caller_destination([&](const TensorRequest& req) -> Result<Region> {
+        WL_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(static_cast<size_t>(req.nbytes)));
+        auto owner = std::make_shared<Buffer>(std::move(b));
+        std::lock_guard lk(mu);
+        keep.push_back(owner);
+        return Region{owner->data(), req.nbytes, kCpu, nullptr};
+      }));
+    auto res = run(3, [&](int r, LoadOptions& o, std::vector<std::string>&) {
+      if (all_callers || r == 1) o.destination = dests[static_cast<size_t>(r)].get();
+    });
+    for (auto& x : res) {
+      ASSERT_TRUE(x.status.ok()) << x.status.to_string();
+      EXPECT_EQ(x.tensors, single);
+      // Exchange blocks carry a 64-byte trailer each: more than the bytes themselves.
+      EXPECT_GT(x.stats.bytes_exchanged, total_ * 2 / 3);
+    }
+  }
+}
+
 TEST_F(DistributedTest, ShardRulesGiveEachRankOnlyItsShard) {
   std::vector<ShardRule> rules = {{"*.q_proj.weight", 0}, {"*.o_proj.weight", 1}, {"model.embed.weight", 0}};
   const int w = 4;
@@ -194,14 +222,21 @@ TEST_F(DistributedTest, MismatchedCheckpointsAreDetectedBeforeAnyExchange) {
 }
 
 TEST_F(DistributedTest, ASinkFailingOnOneRankMidwayFailsEveryRank) {
-  auto res = run(
-      2, {}, std::chrono::seconds(20), [](int r, LoadedTensor& t) -> Status {
-        if (r == 0 && t.name == "model.layers.0.o_proj.weight") return Status::IoError("the consumer ran out of room");
-        return Status();
-      });
-  EXPECT_EQ(res[0].status.code(), Code::kIoError);
-  EXPECT_NE(res[1].status.to_string().find("rank 0 of 2 failed"), std::string::npos) << res[1].status.to_string();
-  EXPECT_NE(res[1].status.to_string().find("the consumer ran out of room"), std::string::npos);
+  auto host = host_destination();
+  for (bool buffers : {false, true}) {  // the arena, or exchange buffers (a destination was given)
+    auto res = run(
+        2,
+        [&](int, LoadOptions& o, std::vector<std::string>&) {
+          if (buffers) o.destination = host.get();
+        },
+        std::chrono::seconds(20), [](int r, LoadedTensor& t) -> Status {
+          if (r == 0 && t.name == "model.layers.0.o_proj.weight") return Status::IoError("the consumer ran out of room");
+          return Status();
+        });
+    EXPECT_EQ(res[0].status.code(), Code::kIoError);
+    EXPECT_NE(res[1].status.to_string().find("rank 0 of 2 failed"), std::string::npos) << res[1].status.to_string();
+    EXPECT_NE(res[1].status.to_string().find("the consumer ran out of room"), std::string::npos);
+  }
 }
 
 TEST_F(DistributedTest, ARankThatGoesAwayFailsTheOthersWithinTheTimeout) {

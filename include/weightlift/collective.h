@@ -68,9 +68,11 @@ inline constexpr std::chrono::seconds kDefaultCollectiveTimeout{600};
 // MPI_COMM_WORLD, initialising MPI when needed (the CLI's --distributed
 // under mpirun). MPI lives in libweightlift_mpi.so (src/dist/mpi/, built when
 // MPI is found), loaded on first use like the CUDA backend, so one build runs
-// with or without MPI: kUnavailable when the library or MPI is missing. A
-// call that waits longer than `timeout` for the other ranks aborts the job
-// (MPI_Abort) after printing why. MPI is finalized at process exit.
+// with or without MPI: kUnavailable when the library or MPI is missing.
+// Calls are MPI's blocking collectives under a watchdog: one that waits
+// longer than `timeout` for the other ranks prints why and ends the process,
+// and mpirun then ends the job. MPI is finalized when the last Collective
+// from here is destroyed.
 Result<std::unique_ptr<Collective>> mpi_world(std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
 
 // An NCCL communicator the caller made (an ncclComm_t, e.g. torch's or

@@ -10,12 +10,12 @@
 extern "C" {
 
 inline constexpr int kWlMpiAbiVersion = 1;
-inline constexpr int kWlMpiTimeout = -2;  // a call's wait ran past its timeout
 
-// Every function returns 0 on success, kWlMpiTimeout, or an MPI error code,
-// with a message written to err (NUL-terminated, at most errlen bytes).
-// Calls on MPI_COMM_WORLD; each waits at most timeout_ms (< 0: forever),
-// polling a non-blocking collective.
+// Every function returns 0 on success or an MPI error code, with a message
+// written to err (NUL-terminated, at most errlen bytes). Calls on
+// MPI_COMM_WORLD, blocking; one that has not returned within timeout_ms
+// (< 0: no limit) prints why and ends the process (_Exit(1)), and mpirun
+// then ends the job.
 struct WlMpiApi {
   int abi_version;
   // MPI_Init_thread (MPI_THREAD_SERIALIZED) unless MPI is already

@@ -75,6 +75,7 @@ struct Hello {
   std::string rules;
   std::optional<std::vector<int64_t>> experts;
   uint64_t block = 0;
+  bool arena = false;  // can receive into one engine-owned buffer
 };
 
 std::string encode(const Hello& h) {
@@ -86,6 +87,7 @@ std::string encode(const Hello& h) {
   j["rules"] = h.rules;
   j["experts"] = h.experts ? nlohmann::json(*h.experts) : nlohmann::json(nullptr);
   j["block"] = h.block;
+  j["arena"] = h.arena;
   return j.dump();
 }
 
@@ -102,6 +104,7 @@ Result<Hello> decode(const std::string& text, int rank) {
     h.rules = j.at("rules").get<std::string>();
     if (!j.at("experts").is_null()) h.experts = j.at("experts").get<std::vector<int64_t>>();
     h.block = j.at("block").get<uint64_t>();
+    h.arena = j.at("arena").get<bool>();
     if (h.names.size() != h.digests.size()) return bad();
     return h;
   } catch (const nlohmann::json::exception&) {
@@ -151,6 +154,8 @@ class Runner {
   Status hello();
   Status setup_exchange();
   Status exchange();
+  Status exchange_in_arena();
+  Status flagged(const Status& local);
   Status goodbye(Status mine);
   Status read_slice(uint64_t a, uint64_t b, std::byte* into);
   Status scatter(uint64_t round, const std::byte* x, uint64_t slot);
@@ -184,6 +189,8 @@ class Runner {
   RankPlan rp_;
   std::unique_ptr<Delivery> d_;
   bool direct_ = false;
+  bool arena_ = false;                      // every rank receives straight into its arena
+  std::shared_ptr<Buffer> arena_buf_;       // the shared stream, laid out as it is
   int scatter_threads_ = 1;
   std::atomic<uint64_t> bytes_read_{0};
 
@@ -232,6 +239,7 @@ Status Runner::hello() {
   if (o_.max_memory > 0)  // two exchange buffers of W blocks in half the cap
     mine.block = std::min(mine.block, std::max<uint64_t>(o_.max_memory / 4 / static_cast<uint64_t>(world_), kAlign));
   mine.block = std::max<uint64_t>(mine.block & ~(kAlign - 1), kAlign);
+  mine.arena = o_.destination == nullptr && c_.device().host_accessible();
 
   WL_ASSIGN_OR_RETURN(auto texts, gather_strings(encode(mine)));
   std::vector<Hello> all;
@@ -275,9 +283,11 @@ Status Runner::hello() {
           fmt::format("ranks disagree on the shard rules: rank {} has '{}', rank 0 has '{}'", k, h.rules, ref.rules));
   }
   block_ = ref.block;
+  arena_ = true;
   experts_.clear();
   for (const Hello& h : all) {
     block_ = std::min(block_, h.block);
+    arena_ = arena_ && h.arena;
     if (h.experts) experts_.emplace_back(std::set<int64_t>(h.experts->begin(), h.experts->end()));
     else experts_.emplace_back(std::nullopt);
   }
@@ -370,8 +380,13 @@ Result<LoadStats> Runner::run() {
   stats.tensors = d_->tensors();
   stats.bytes = d_->bytes();
   stats.bytes_read = own_stats.bytes_read + bytes_read_.load();
-  for (uint64_t i = 0; i < rp_.rounds; ++i)
-    stats.bytes_exchanged += static_cast<uint64_t>(world_ - 1) * (rp_.round_block(i) + kTrailer);
+  if (arena_) {
+    const uint64_t my_slice = rp_.cut[static_cast<size_t>(me_) + 1] - rp_.cut[static_cast<size_t>(me_)];
+    stats.bytes_exchanged = rp_.shared_bytes - my_slice;
+  } else {
+    for (uint64_t i = 0; i < rp_.rounds; ++i)
+      stats.bytes_exchanged += static_cast<uint64_t>(world_ - 1) * (rp_.round_block(i) + kTrailer);
+  }
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;
 }
@@ -381,6 +396,11 @@ Status Runner::setup_exchange() {
   recv_.assign(order_.size(), {});
   for (uint32_t i : rp_.received) recv_[i].remaining = plan_.tensors[order_[i]].nbytes;
   if (rp_.rounds == 0) return Status();
+  if (arena_) {
+    WL_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(static_cast<size_t>(rp_.shared_bytes), kAlign));
+    arena_buf_ = std::make_shared<Buffer>(std::move(b));
+    return Status();
+  }
   const uint64_t w = static_cast<uint64_t>(world_);
   const bool device = !c_.device().host_accessible();
   for (int j = 0; j < 2; ++j) {
@@ -518,7 +538,88 @@ Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
   return Status();
 }
 
+// A rank flagged a failure: every rank gathers the messages and fails alike.
+Status Runner::flagged(const Status& local) {
+  d_->fail(local.ok() ? Status::Aborted("another rank failed") : local);
+  WL_ASSIGN_OR_RETURN(auto statuses, gather_strings(local.ok() ? std::string() : status_text(local)));
+  Status s = first_failure(statuses, local, "during the exchange");
+  return s.ok() ? Status::Internal("a rank flagged a failure it did not report") : s;
+}
+
+// The engine owns the memory: the shared stream lives in one arena, each
+// rank reads its slices straight into it, and each round is W in-place
+// broadcasts (rank k's slice from rank k) after a small all-gather of
+// failure flags. Nothing is copied after it lands; tensors are views of the
+// arena (it is freed with the last of them).
+Status Runner::exchange_in_arena() {
+  std::byte* base = arena_buf_ ? arena_buf_->data() : nullptr;
+  Status local = d_->status();
+  Task reader;
+  // The reader also faults in the pages the round's broadcasts will fill:
+  // another process copying into unmapped memory is several times slower.
+  auto start_read = [&](uint64_t round) {
+    reader.start([this, round, base] {
+      auto [a, b] = rp_.slice(me_, round);
+      Status s = read_slice(a, b, base + a);
+      for (int k = 0; k < world_; ++k) {
+        auto [ka, kb] = rp_.slice(k, round);
+        if (k != me_ && kb > ka) arena_buf_->prefault(static_cast<size_t>(ka), static_cast<size_t>(kb - ka));
+      }
+      return s;
+    });
+  };
+  if (rp_.rounds > 0 && local.ok()) start_read(0);
+  std::vector<uint64_t> flags(static_cast<size_t>(world_));
+  for (uint64_t i = 0; i < rp_.rounds; ++i) {
+    Status r = reader.join();
+    if (local.ok()) local = r;
+    if (local.ok()) local = d_->status();
+    flags.assign(flags.size(), 0);
+    flags[static_cast<size_t>(me_)] = local.ok() ? 0 : 1;
+    if (local.ok() && i + 1 < rp_.rounds) start_read(i + 1);  // disjoint from this round's slices
+    Status g = c_.all_gather(reinterpret_cast<std::byte*>(flags.data()), sizeof(uint64_t));
+    if (!g.ok()) {
+      d_->fail(g);
+      (void)reader.join();
+      return broken(g);
+    }
+    if (std::any_of(flags.begin(), flags.end(), [](uint64_t f) { return f != 0; })) {
+      (void)reader.join();
+      return flagged(local);
+    }
+    for (int k = 0; k < world_; ++k) {
+      auto [a, b] = rp_.slice(k, i);
+      if (a == b) continue;  // every rank knows every slice: all skip alike
+      g = c_.broadcast(base + a, b - a, k);
+      if (!g.ok()) {
+        d_->fail(g);
+        (void)reader.join();
+        return broken(g);
+      }
+    }
+    if (!local.ok()) continue;
+    for (int k = 0; k < world_ && local.ok(); ++k) {
+      auto [a, b] = rp_.slice(k, i);
+      for (size_t e = first_extent(rp_, a); e < rp_.shared.size() && rp_.shared[e].pos < b && local.ok(); ++e) {
+        const SharedExtent& ext = rp_.shared[e];
+        if (!want_[ext.tensor]) continue;
+        Received& rc = recv_[ext.tensor];
+        rc.remaining -= std::min(b, ext.pos + ext.len) - std::max(a, ext.pos);
+        if (rc.remaining > 0) continue;
+        const PlannedTensor& pt = plan_.tensors[order_[ext.tensor]];
+        const std::byte* data = base + ext.pos - ext.dst_off;  // a shared tensor is one extent
+        local = d_->deliver(pt, plan_.files[pt.file].path,
+                            TensorView(pt.dtype, pt.shape, std::span(data, pt.nbytes), arena_buf_));
+      }
+    }
+    if (!local.ok()) d_->fail(local);
+  }
+  (void)reader.join();
+  return Status();
+}
+
 Status Runner::exchange() {
+  if (arena_) return exchange_in_arena();
   const bool device = !c_.device().host_accessible();
   const uint64_t w = static_cast<uint64_t>(world_), me = static_cast<uint64_t>(me_);
   // Round i: W slots of its block + a trailer, in buffer i % 2; where this rank's block is read to.
@@ -569,10 +670,7 @@ Status Runner::exchange() {
     }
     if (any) {
       (void)reader.join();
-      d_->fail(local.ok() ? Status::Aborted("another rank failed") : local);
-      WL_ASSIGN_OR_RETURN(auto statuses, gather_strings(local.ok() ? std::string() : status_text(local)));
-      Status s = first_failure(statuses, local, "during the exchange");
-      return s.ok() ? Status::Internal("a rank flagged a failure it did not report") : s;
+      return flagged(local);
     }
     if (local.ok()) {
       local = scatter(i, x, sl);

@@ -204,7 +204,7 @@ def test_gloo_four_ranks(model, tmp_path):
         t.numel() * t.element_size() for f in files for n, t in load_file(f).items()
         if n.endswith(("q_proj.weight", "o_proj.weight")) or n == "model.embed_tokens.weight")
     for r in res:
-        assert r[0]["bytes_exchanged"] >= model["tensor_bytes"] * 3 // 4
+        assert r[0]["bytes_exchanged"] >= model["tensor_bytes"] * 3 // 4 - 4
         assert 0 < r[1]["bytes_exchanged"] <= replicated * 3 // 4 + 4 * (64 * 1024 + 64)
         assert r[1]["bytes_exchanged"] < r[0]["bytes_exchanged"] / 2
 

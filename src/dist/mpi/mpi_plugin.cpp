@@ -1,9 +1,10 @@
 // libweightlift_mpi.so: the MPI side of src/dist/mpi_abi.h. Only this file
 // includes mpi.h and links libmpi; the core loads it with dlopen.
 #include <mpi.h>
-#include <sched.h>
 
 #include <chrono>
+#include <condition_variable>
+#include <cstdlib>
 #include <climits>
 #include <cstdio>
 #include <mutex>
@@ -26,26 +27,73 @@ int mpi_fail(int rc, const char* what, char* err, size_t errlen) {
   return rc == 0 ? -1 : rc;
 }
 
-// Polls a non-blocking collective until it completes or the timeout passes:
-// spinning (with sched_yield) for the first 5 ms, then napping 50 us
-// between tests, so that idle ranks leave the cores to the ranks reading.
-int wait_for(MPI_Request* req, int64_t timeout_ms, const char* what, char* err, size_t errlen) {
-  const auto t0 = std::chrono::steady_clock::now();
-  while (true) {
-    int done = 0;
-    int rc = MPI_Test(req, &done, MPI_STATUS_IGNORE);
-    if (rc != MPI_SUCCESS) return mpi_fail(rc, what, err, errlen);
-    if (done) return 0;
-    const auto waited = std::chrono::steady_clock::now() - t0;
-    if (timeout_ms >= 0 && waited > std::chrono::milliseconds(timeout_ms)) {
-      std::snprintf(err, errlen, "%s: the other ranks did not answer within %lld ms", what,
-                    static_cast<long long>(timeout_ms));
-      return kWlMpiTimeout;
+// Blocking collectives (MPI's own algorithms and progress, far faster than
+// polling a non-blocking one from here) under a watchdog: a call that has
+// not returned by its deadline prints why and ends this process, and mpirun
+// then ends the job, so no rank waits forever on a rank that hangs.
+class Watchdog {
+ public:
+  void arm(const char* what, int64_t timeout_ms) {
+    if (timeout_ms < 0) return;
+    std::lock_guard lk(mu_);
+    if (!started_) {  // lives as long as the process (the watchdog is never destroyed)
+      std::thread([this] { loop(); }).detach();
+      started_ = true;
     }
-    if (waited < std::chrono::milliseconds(5)) sched_yield();
-    else std::this_thread::sleep_for(std::chrono::microseconds(50));
+    what_ = what;
+    timeout_ms_ = timeout_ms;
+    deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(timeout_ms);
+    armed_ = true;
+    cv_.notify_all();
   }
+  void disarm() {
+    std::lock_guard lk(mu_);
+    armed_ = false;
+  }
+  void set_rank(int rank, int size) {
+    std::lock_guard lk(mu_);
+    rank_ = rank, size_ = size;
+  }
+
+ private:
+  [[noreturn]] void loop() {
+    std::unique_lock lk(mu_);
+    while (true) {
+      if (!armed_) {
+        cv_.wait(lk);
+        continue;
+      }
+      if (cv_.wait_until(lk, deadline_) == std::cv_status::timeout && armed_ &&
+          std::chrono::steady_clock::now() >= deadline_) {
+        std::fprintf(stderr,
+                     "weightlift: error: rank %d of %d: %s: the other ranks did not answer within %lld ms; "
+                     "aborting the MPI job\n",
+                     rank_, size_, what_, static_cast<long long>(timeout_ms_));
+        std::fflush(stderr);
+        std::_Exit(1);
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool started_ = false;
+  bool armed_ = false;
+  const char* what_ = "";
+  int64_t timeout_ms_ = 0;
+  std::chrono::steady_clock::time_point deadline_;
+  int rank_ = 0, size_ = 0;
+};
+
+Watchdog& watchdog() {
+  static Watchdog* w = new Watchdog;  // never destroyed: its thread may outlive static destructors
+  return *w;
 }
+
+struct Armed {
+  Armed(const char* what, int64_t timeout_ms) { watchdog().arm(what, timeout_ms); }
+  ~Armed() { watchdog().disarm(); }
+};
 
 bool fits_int(uint64_t n, const char* what, char* err, size_t errlen) {
   if (n <= static_cast<uint64_t>(INT_MAX)) return true;
@@ -72,32 +120,29 @@ int wl_init(int* rank, int* size, char* err, size_t errlen) {
   int rc = MPI_Comm_rank(MPI_COMM_WORLD, rank);
   if (rc == MPI_SUCCESS) rc = MPI_Comm_size(MPI_COMM_WORLD, size);
   if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Comm_rank", err, errlen);
+  watchdog().set_rank(*rank, *size);
   ++g_users;
   return 0;
 }
 
 int wl_all_gather(void* buf, uint64_t block, int64_t timeout_ms, char* err, size_t errlen) {
-  if (!fits_int(block, "MPI_Iallgather", err, errlen)) return -1;
-  MPI_Request req;
-  int rc = MPI_Iallgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, static_cast<int>(block), MPI_BYTE, MPI_COMM_WORLD,
-                          &req);
-  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallgather", err, errlen);
-  return wait_for(&req, timeout_ms, "MPI_Iallgather", err, errlen);
+  if (!fits_int(block, "MPI_Allgather", err, errlen)) return -1;
+  Armed a("MPI_Allgather", timeout_ms);
+  int rc = MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, static_cast<int>(block), MPI_BYTE, MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "MPI_Allgather", err, errlen);
 }
 
 int wl_broadcast(void* buf, uint64_t n, int root, int64_t timeout_ms, char* err, size_t errlen) {
-  if (!fits_int(n, "MPI_Ibcast", err, errlen)) return -1;
-  MPI_Request req;
-  int rc = MPI_Ibcast(buf, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD, &req);
-  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Ibcast", err, errlen);
-  return wait_for(&req, timeout_ms, "MPI_Ibcast", err, errlen);
+  if (!fits_int(n, "MPI_Bcast", err, errlen)) return -1;
+  Armed a("MPI_Bcast", timeout_ms);
+  int rc = MPI_Bcast(buf, static_cast<int>(n), MPI_BYTE, root, MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "MPI_Bcast", err, errlen);
 }
 
 int wl_all_gather_u64(uint64_t mine, uint64_t* lens, int64_t timeout_ms, char* err, size_t errlen) {
-  MPI_Request req;
-  int rc = MPI_Iallgather(&mine, 1, MPI_UINT64_T, lens, 1, MPI_UINT64_T, MPI_COMM_WORLD, &req);
-  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallgather", err, errlen);
-  return wait_for(&req, timeout_ms, "MPI_Iallgather", err, errlen);
+  Armed a("MPI_Allgather", timeout_ms);
+  int rc = MPI_Allgather(&mine, 1, MPI_UINT64_T, lens, 1, MPI_UINT64_T, MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "MPI_Allgather", err, errlen);
 }
 
 int wl_all_gather_v(const void* mine, const uint64_t* lens, void* out, int64_t timeout_ms, char* err, size_t errlen) {
@@ -107,16 +152,15 @@ int wl_all_gather_v(const void* mine, const uint64_t* lens, void* out, int64_t t
   std::vector<int> counts(static_cast<size_t>(size)), displs(static_cast<size_t>(size));
   uint64_t total = 0;
   for (int k = 0; k < size; ++k) {
-    if (!fits_int(total + lens[k], "MPI_Iallgatherv", err, errlen)) return -1;
+    if (!fits_int(total + lens[k], "MPI_Allgatherv", err, errlen)) return -1;
     counts[static_cast<size_t>(k)] = static_cast<int>(lens[k]);
     displs[static_cast<size_t>(k)] = static_cast<int>(total);
     total += lens[k];
   }
-  MPI_Request req;
-  int rc = MPI_Iallgatherv(mine, counts[static_cast<size_t>(rank)], MPI_BYTE, out, counts.data(), displs.data(),
-                           MPI_BYTE, MPI_COMM_WORLD, &req);
-  if (rc != MPI_SUCCESS) return mpi_fail(rc, "MPI_Iallgatherv", err, errlen);
-  return wait_for(&req, timeout_ms, "MPI_Iallgatherv", err, errlen);
+  Armed a("MPI_Allgatherv", timeout_ms);
+  int rc = MPI_Allgatherv(mine, counts[static_cast<size_t>(rank)], MPI_BYTE, out, counts.data(), displs.data(),
+                          MPI_BYTE, MPI_COMM_WORLD);
+  return rc == MPI_SUCCESS ? 0 : mpi_fail(rc, "MPI_Allgatherv", err, errlen);
 }
 
 void wl_abort(int code) { MPI_Abort(MPI_COMM_WORLD, code); }
