@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "dist/mpi_abi.h"
+#include "util/plugin.h"
 #include "weightlift/collective.h"
 
 namespace wl {
@@ -22,32 +23,14 @@ struct Loaded {
   std::string reason;
 };
 
-std::string dir_of(const std::string& path) {
-  auto pos = path.rfind('/');
-  return pos == std::string::npos ? "." : path.substr(0, pos);
-}
-
 const Loaded& plugin() {
   static Loaded loaded;
   static std::once_flag once;
   std::call_once(once, [] {
-    std::vector<std::string> candidates;
-    if (const char* env = std::getenv("WEIGHTLIFT_MPI_LIBRARY"); env && *env) candidates.push_back(env);
-    Dl_info info{};
-    if (::dladdr(reinterpret_cast<void*>(&plugin), &info) && info.dli_fname) {
-      std::string dir = dir_of(info.dli_fname);
-      candidates.push_back(dir + "/" + kLibName);
-      candidates.push_back(dir + "/../lib/" + kLibName);
-    }
-    candidates.push_back(kLibName);
+    // RTLD_GLOBAL: Open MPI loads its own components with dlopen and needs libmpi's symbols.
     std::string errors;
-    void* handle = nullptr;
-    for (const auto& c : candidates) {
-      // RTLD_GLOBAL: Open MPI loads its own components with dlopen and needs libmpi's symbols.
-      handle = ::dlopen(c.c_str(), RTLD_NOW | RTLD_GLOBAL);
-      if (handle) break;
-      if (const char* e = ::dlerror()) errors += fmt::format("\n  {}: {}", c, e);
-    }
+    void* handle = open_plugin(kLibName, "WEIGHTLIFT_MPI_LIBRARY", reinterpret_cast<void*>(&mpi_world),
+                               RTLD_NOW | RTLD_GLOBAL, &errors);
     if (!handle) {
       loaded.reason = fmt::format("MPI is not available: {} (built when MPI is found, e.g. Debian's libopenmpi-dev) "
                                   "cannot be loaded{}", kLibName, errors);

@@ -10,7 +10,6 @@ a cold cache); and one rank failing must fail every rank with its message,
 within a bounded time. Each group runs several scenarios in a row: a clean
 failure leaves the group usable.
 """
-import hashlib
 import json
 import os
 import pathlib
@@ -26,15 +25,12 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from conftest import CLI
+from dist_worker import drop_cache, sha
 
 HERE = pathlib.Path(__file__).resolve().parent
 WORKER = HERE / "dist_worker.py"
 SHARD_RULES = ["*.q_proj.weight:0", "*.o_proj.weight:1", "model.embed_tokens.weight:0"]
 PAGE = 4096
-
-
-def sha(t):
-    return hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
 def write_model(folder: pathlib.Path, hidden=512, seed=0):
@@ -132,9 +128,10 @@ def check_read_once(results, model, direct, spread=True):
         assert engine == model["tensor_bytes"]
         # The kernel's count: every page once (the headers too), plus readahead past the last tensor.
         assert model["tensor_bytes"] * 0.98 <= storage <= model["file_bytes"] + world * 512 * 1024, (storage, engine)
-    # ... spread over the ranks, not read by each. (Not for shards along dim 1: their runs
-    # interleave within pages, and a page is read by whichever rank touches it first.)
-    assert not spread or max(r["storage"] for r in results) < model["file_bytes"] * (1.5 / world + 0.1)
+    # ... spread over the ranks, not read by each. Exact only for O_DIRECT: buffered reads read
+    # ahead into the next rank's slice (and dim-1 shards interleave within pages), and a page
+    # is read by whichever rank touches it first.
+    assert not (spread and direct) or max(r["storage"] for r in results) < model["file_bytes"] * (1.5 / world + 0.1)
 
 
 def test_gloo_two_ranks(model, tmp_path):
@@ -246,20 +243,13 @@ def summary(err):
     return {"tensors": int(m.group(1)), "bytes_read": int(m.group(3)), "storage": int(m.group(4))}
 
 
-def drop(files):
-    for f in files:
-        fd = os.open(f, os.O_RDONLY)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        os.close(fd)
-
-
 @needs_mpi
 @pytest.mark.parametrize("np", [2, 4])
 def test_mpi_ranks_match_a_single_process_load(model, tmp_path, np):
     folder = pathlib.Path(model["files"][0]).parent
     single = subprocess.run([CLI, "load", folder, "--checksum", "--format", "jsonl", "--no-progress"],
                             capture_output=True, text=True, check=True).stdout
-    drop(model["files"])
+    drop_cache(model["files"])
     rc, out, ranks = mpirun(np, [folder, "--checksum", "--format", "jsonl", "--block-size", "16KiB", "--direct", "off"],
                             tmp_path)
     assert rc == 0, out
@@ -315,7 +305,8 @@ def test_mpi_failures_fail_every_rank(model, tmp_path):
     t0 = time.monotonic()
     rc, out, _ = mpirun(2, [folder], tmp_path, wrapper=[str(killer)])
     assert rc != 0
-    assert "signal 9" in out or "killed" in out.lower(), out
+    # mpirun names the signal, or (when rank 0 noticed first and exited) the non-zero exit.
+    assert "signal 9" in out or "non-zero exit code" in out, out
     assert time.monotonic() - t0 < 60
     # A rank that hangs (its weight file is a FIFO nobody writes): the others time out and abort the job.
     hung = tmp_path / "hung"
