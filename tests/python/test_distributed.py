@@ -126,8 +126,10 @@ def check_read_once(results, model, direct, spread=True):
         assert engine <= storage <= engine + world * 128 * 1024, (storage, engine)
     else:
         assert engine == model["tensor_bytes"]
-        # The kernel's count: every page once (the headers too), plus readahead past the last tensor.
-        assert model["tensor_bytes"] * 0.98 <= storage <= model["file_bytes"] + world * 512 * 1024, (storage, engine)
+        # The kernel's count: cold pages really came from storage. Through one shared page cache
+        # each page is read once unless memory pressure evicts it between the ranks' touches (a
+        # busy machine), so only "not every rank everything" is certain; O_DIRECT is exact.
+        assert model["tensor_bytes"] * 0.98 <= storage < world * model["file_bytes"], (storage, engine)
     # ... spread over the ranks, not read by each. Exact only for O_DIRECT: buffered reads read
     # ahead into the next rank's slice (and dim-1 shards interleave within pages), and a page
     # is read by whichever rank touches it first.
@@ -250,13 +252,17 @@ def test_mpi_ranks_match_a_single_process_load(model, tmp_path, np):
     single = subprocess.run([CLI, "load", folder, "--checksum", "--format", "jsonl", "--no-progress"],
                             capture_output=True, text=True, check=True).stdout
     drop_cache(model["files"])
-    rc, out, ranks = mpirun(np, [folder, "--checksum", "--format", "jsonl", "--block-size", "16KiB", "--direct", "off"],
+    rc, out, ranks = mpirun(np, [folder, "--checksum", "--format", "jsonl", "--block-size", "256KiB", "--direct", "on"],
                             tmp_path)
     assert rc == 0, out
     for stdout, _ in ranks:
         assert stdout == single
     stats = [summary(err) for _, err in ranks]
-    check_read_once(stats, model, direct=False)
+    check_read_once(stats, model, direct=True)
+    # Buffered: the engine reads exactly the tensors' bytes once in total.
+    rc, out, ranks = mpirun(np, [folder, "--block-size", "16KiB", "--direct", "off"], tmp_path)
+    assert rc == 0, out
+    assert sum(summary(err)["bytes_read"] for _, err in ranks) == model["tensor_bytes"]
     # Shard rules: each rank's tensors are its shard.
     rules = [a for r in SHARD_RULES for a in ("--shard-rule", r)]
     rc, out, ranks = mpirun(np, [folder, "--checksum", "--format", "jsonl", *rules], tmp_path)
