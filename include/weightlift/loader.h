@@ -100,7 +100,7 @@ struct LoadOptions {
   DirectIo direct = DirectIo::kAuto;
   // Where each tensor's bytes go (not owned). nullptr: host memory of the
   // engine's choosing (it may then share one buffer between the tensors of a
-  // file: eager, threads). Every strategy honours it; the engine calls its
+  // file: eager, threads; of a load: distributed). Every strategy honours it; the engine calls its
   // reserve() with every planned tensor before the first allocate(). With a
   // device destination (gpu.h) `auto` runs the stream strategy, the one that
   // overlaps reads with copies and uses GPUDirect Storage.
