@@ -9,6 +9,8 @@
 #include <thread>
 
 #include "engine_test_util.h"
+#include "gpu/api.h"
+#include "gpu/fake.h"
 #include "test_util.h"
 #include "thread_collective.h"
 
@@ -303,6 +305,124 @@ TEST_F(DistributedTest, ThreadedRanksOverManyRoundsWithTinyBlocksAndACap) {
     ASSERT_TRUE(x.status.ok()) << x.status.to_string();
     EXPECT_EQ(x.tensors, single);
   }
+}
+
+}  // namespace
+}  // namespace wl
+
+// ---- device collectives, on the GPU component's host fake ------------------
+
+namespace wl {
+namespace {
+
+// A device collective for the runner's device path: exchange memory is the
+// fake's device memory; the exchange itself stages through a ThreadGroup.
+class FakeDeviceMember final : public Collective {
+ public:
+  FakeDeviceMember(std::unique_ptr<Collective> host) : host_(std::move(host)), a_(gpu::backend().api()) {}
+  int rank() const override { return host_->rank(); }
+  int world_size() const override { return host_->world_size(); }
+  Device device() const override { return Device{DeviceKind::kCuda, 0}; }
+  Status all_gather(std::byte* buf, uint64_t block) override {
+    std::vector<std::byte> tmp(block * static_cast<uint64_t>(world_size()));
+    WL_RETURN_IF_ERROR(copy(tmp.data(), kCpu, buf, device(), tmp.size()));
+    WL_RETURN_IF_ERROR(host_->all_gather(tmp.data(), block));
+    return copy(buf, device(), tmp.data(), kCpu, tmp.size());
+  }
+  Status broadcast(std::byte*, uint64_t, int) override { return Status::Unimplemented("not used"); }
+  Result<std::vector<std::string>> all_gather_strings(const std::string& mine) override {
+    return host_->all_gather_strings(mine);
+  }
+  void abort(const Status& why) override { host_->abort(why); }
+  Result<std::shared_ptr<std::byte>> allocate(uint64_t n) override {
+    void* p = nullptr;
+    if (a_.rt.malloc(&p, n) != 0) return Status::IoError("fake cudaMalloc failed");
+    const gpu::Api* a = &a_;
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [a](std::byte* q) { (void)a->rt.free(q); });
+  }
+  Status copy(std::byte* dst, Device, const std::byte* src, Device, uint64_t n) override {
+    return a_.rt.memcpy(dst, src, n, kCudaMemcpyDefault) == 0 ? Status() : Status::IoError("fake cudaMemcpy failed");
+  }
+
+ private:
+  std::unique_ptr<Collective> host_;
+  const gpu::Api& a_;
+};
+
+class DistributedFakeGpu : public DistributedTest {
+ protected:
+  void SetUp() override {
+    gpu::fake::install({});
+    DistributedTest::SetUp();
+  }
+  void TearDown() override { gpu::fake::uninstall(); }
+};
+
+TEST_F(DistributedFakeGpu, ADeviceCollectiveExchangesThroughDeviceMemory) {
+  // Exchange buffers on the (fake) device: reads staged on the host and copied
+  // up, all-gathers of device memory, flags and bytes copied out of it.
+  auto single = *load_all(files_, LoadOptions{});
+  for (int w : {2, 3}) {
+    ThreadGroup g(w);
+    std::vector<RankResult> res(static_cast<size_t>(w));
+    std::vector<std::thread> ts;
+    for (int r = 0; r < w; ++r)
+      ts.emplace_back([&, r] {
+        FakeDeviceMember member(g.member(r));
+        LoadOptions o;
+        o.collective = &member;
+        o.block_size = 4096;
+        o.direct = DirectIo::kOff;
+        auto st = load_all(files_, o, &res[static_cast<size_t>(r)].stats);
+        if (st.ok()) res[static_cast<size_t>(r)].tensors = *st;
+        else res[static_cast<size_t>(r)].status = st.status();
+      });
+    for (auto& t : ts) t.join();
+    for (auto& x : res) {
+      ASSERT_TRUE(x.status.ok()) << x.status.to_string();
+      EXPECT_EQ(x.tensors, single);
+    }
+    EXPECT_GT(gpu::fake::stats().device_allocs.load(), 0u);
+  }
+}
+
+TEST_F(DistributedFakeGpu, TheNcclCollectiveRunsOnTheGpuTable) {
+  const WlNccl* n = gpu::backend().nccl().fn;
+  ASSERT_NE(n, nullptr);
+  void* comm = nullptr;
+  WlNcclUniqueId id{};
+  ASSERT_EQ(n->commInitRank(&comm, 1, id, 0), 0);
+  auto c = nccl_collective(comm, nullptr, 0, std::chrono::seconds(5));
+  ASSERT_TRUE(c.ok()) << c.status().to_string();
+  EXPECT_EQ((*c)->rank(), 0);
+  EXPECT_EQ((*c)->world_size(), 1);
+  EXPECT_EQ((*c)->device().to_string(), "cuda:0");
+  auto strs = (*c)->all_gather_strings("hello");
+  ASSERT_TRUE(strs.ok()) << strs.status().to_string();
+  EXPECT_EQ(*strs, std::vector<std::string>{"hello"});
+  auto mem = (*c)->allocate(64);
+  ASSERT_TRUE(mem.ok());
+  std::string in(64, 'x'), out(64, '\0');
+  ASSERT_TRUE((*c)->copy(mem->get(), (*c)->device(), reinterpret_cast<const std::byte*>(in.data()), kCpu, 64).ok());
+  ASSERT_TRUE((*c)->all_gather(mem->get(), 64).ok());
+  ASSERT_TRUE((*c)->broadcast(mem->get(), 64, 0).ok());
+  ASSERT_TRUE((*c)->copy(reinterpret_cast<std::byte*>(out.data()), kCpu, mem->get(), (*c)->device(), 64).ok());
+  EXPECT_EQ(out, in);
+  // A whole load over it (a world of one: every tensor is this rank's own).
+  LoadOptions o;
+  o.collective = c->get();
+  EXPECT_EQ(*load_all(files_, o), *load_all(files_, LoadOptions{}));
+  (*c)->abort(Status::Aborted("done"));  // frees the fake communicator
+  EXPECT_NE((*c)->all_gather(mem->get(), 64).to_string().find("aborted"), std::string::npos);
+}
+
+TEST(DistributedNccl, WithoutAGpuItSaysWhy) {
+  if (gpu::backend().api().devices > 0) GTEST_SKIP() << "a GPU is present";
+  int dummy = 0;
+  auto c = nccl_collective(&dummy, nullptr, 0);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Code::kUnavailable) << c.status().to_string();
+  EXPECT_EQ(nccl_collective(nullptr, nullptr, 0).status().code(), Code::kInvalidArgument);
 }
 
 }  // namespace

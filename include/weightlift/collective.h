@@ -78,9 +78,11 @@ Result<std::unique_ptr<Collective>> mpi_world(std::chrono::milliseconds timeout 
 // An NCCL communicator the caller made (an ncclComm_t, e.g. torch's or
 // cupy's, handed in from Python) on CUDA device `device`, its collectives
 // queued on `stream` (a cudaStream_t; null: a stream of its own). NCCL and
-// the CUDA runtime are loaded with dlopen (libnccl.so.2, libcudart.so.*);
-// kUnavailable without them. The communicator stays the caller's; a call
-// that does not complete within `timeout` aborts it (ncclCommAbort).
+// the CUDA runtime come from the GPU component's function table (gpu.h:
+// dlopen'd, or the host fake); kUnavailable without them or a device. The
+// communicator stays the caller's; a call that does not complete within
+// `timeout` aborts it (ncclCommAbort). The communicator's device pointers
+// are the collective's exchange memory (allocate(), copy()).
 Result<std::unique_ptr<Collective>> nccl_collective(void* comm, void* stream, int device,
                                                     std::chrono::milliseconds timeout = kDefaultCollectiveTimeout);
 

@@ -29,7 +29,7 @@ const Loaded& plugin() {
   std::call_once(once, [] {
     // RTLD_GLOBAL: Open MPI loads its own components with dlopen and needs libmpi's symbols.
     std::string errors;
-    void* handle = open_plugin(kLibName, "WEIGHTLIFT_MPI_LIBRARY", reinterpret_cast<void*>(&mpi_world),
+    void* handle = open_plugin(plugin_candidates(kLibName, "WEIGHTLIFT_MPI_LIBRARY", reinterpret_cast<void*>(&mpi_world)),
                                RTLD_NOW | RTLD_GLOBAL, &errors);
     if (!handle) {
       loaded.reason = fmt::format("MPI is not available: {} (built when MPI is found, e.g. Debian's libopenmpi-dev) "

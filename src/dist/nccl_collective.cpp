@@ -1,113 +1,33 @@
-// nccl_collective(): a caller's NCCL communicator as a Collective. NCCL and
-// the CUDA runtime are reached through a minimal function table filled with
-// dlopen (preferring the copies the process already loaded, e.g. torch's),
-// so nothing links them and machines without a GPU are unaffected.
-// TODO(gpu): this table moves onto the one CUDA/cuFile/NCCL table of src/gpu/
-// when that lands; the Collective below stays as it is.
-#include <dlfcn.h>
-
+// nccl_collective(): a caller's NCCL communicator as a Collective, through
+// the GPU component's one function table (src/gpu/api.h: the CUDA runtime
+// and NCCL, dlopen'd, or the host fake in tests), so nothing links them and
+// machines without a GPU are unaffected. Every call is queued on one stream
+// and waited for by polling an event (and the communicator's asynchronous
+// error) against the timeout; past it the communicator is aborted.
 #include <chrono>
-#include <mutex>
 #include <thread>
 
 #include <fmt/format.h>
 
+#include "gpu/api.h"
 #include "weightlift/collective.h"
 
 namespace wl {
 
 namespace {
 
-// The ABI subset used here (nccl.h, cuda_runtime_api.h): stable across
-// NCCL 2.x and CUDA 11-13.
-using ncclComm_t = void*;
-using cudaStream_t = void*;
-using ncclResult_t = int;
-using cudaError_t = int;
-constexpr int kNcclUint8 = 1;          // ncclUint8
-constexpr ncclResult_t kNcclInProgress = 7;
-constexpr cudaError_t kCudaNotReady = 600;  // cudaErrorNotReady
-constexpr int kCudaMemcpyDefault = 4;
-constexpr unsigned kCudaStreamNonBlocking = 1;
-
-struct Api {
-  ncclResult_t (*AllGather)(const void*, void*, size_t, int, ncclComm_t, cudaStream_t) = nullptr;
-  ncclResult_t (*Broadcast)(const void*, void*, size_t, int, int, ncclComm_t, cudaStream_t) = nullptr;
-  ncclResult_t (*CommCount)(ncclComm_t, int*) = nullptr;
-  ncclResult_t (*CommUserRank)(ncclComm_t, int*) = nullptr;
-  ncclResult_t (*CommAbort)(ncclComm_t) = nullptr;
-  ncclResult_t (*CommGetAsyncError)(ncclComm_t, ncclResult_t*) = nullptr;
-  const char* (*GetErrorString)(ncclResult_t) = nullptr;
-  cudaError_t (*SetDevice)(int) = nullptr;
-  cudaError_t (*StreamCreateWithFlags)(cudaStream_t*, unsigned) = nullptr;
-  cudaError_t (*StreamDestroy)(cudaStream_t) = nullptr;
-  cudaError_t (*StreamQuery)(cudaStream_t) = nullptr;
-  cudaError_t (*Malloc)(void**, size_t) = nullptr;
-  cudaError_t (*Free)(void*) = nullptr;
-  cudaError_t (*MemcpyAsync)(void*, const void*, size_t, int, cudaStream_t) = nullptr;
-  const char* (*GetErrorStringCuda)(cudaError_t) = nullptr;
-  std::string reason;  // empty when usable
-};
-
-void* open_first(std::initializer_list<const char*> names, std::string& errors) {
-  for (const char* n : names) {
-    if (void* h = ::dlopen(n, RTLD_NOW | RTLD_NOLOAD)) return h;  // already loaded (torch's)
-  }
-  for (const char* n : names) {
-    if (void* h = ::dlopen(n, RTLD_NOW | RTLD_LOCAL)) return h;
-    if (const char* e = ::dlerror()) errors += fmt::format("\n  {}: {}", n, e);
-  }
-  return nullptr;
-}
-
-template <class F>
-bool sym(void* h, const char* name, F& out, std::string& missing) {
-  out = reinterpret_cast<F>(::dlsym(h, name));
-  if (!out) missing += std::string(" ") + name;
-  return out != nullptr;
-}
-
-const Api& api() {
-  static Api a;
-  static std::once_flag once;
-  std::call_once(once, [] {
-    std::string errors;
-    void* nccl = open_first({"libnccl.so.2", "libnccl.so"}, errors);
-    void* cudart = open_first({"libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0", "libcudart.so"}, errors);
-    if (!nccl || !cudart) {
-      a.reason = fmt::format("NCCL is not available: {} cannot be loaded{}", !nccl ? "libnccl.so.2" : "libcudart.so",
-                             errors);
-      return;
-    }
-    std::string missing;
-    sym(nccl, "ncclAllGather", a.AllGather, missing);
-    sym(nccl, "ncclBroadcast", a.Broadcast, missing);
-    sym(nccl, "ncclCommCount", a.CommCount, missing);
-    sym(nccl, "ncclCommUserRank", a.CommUserRank, missing);
-    sym(nccl, "ncclCommAbort", a.CommAbort, missing);
-    sym(nccl, "ncclCommGetAsyncError", a.CommGetAsyncError, missing);
-    sym(nccl, "ncclGetErrorString", a.GetErrorString, missing);
-    sym(cudart, "cudaSetDevice", a.SetDevice, missing);
-    sym(cudart, "cudaStreamCreateWithFlags", a.StreamCreateWithFlags, missing);
-    sym(cudart, "cudaStreamDestroy", a.StreamDestroy, missing);
-    sym(cudart, "cudaStreamQuery", a.StreamQuery, missing);
-    sym(cudart, "cudaMalloc", a.Malloc, missing);
-    sym(cudart, "cudaFree", a.Free, missing);
-    sym(cudart, "cudaMemcpyAsync", a.MemcpyAsync, missing);
-    sym(cudart, "cudaGetErrorString", a.GetErrorStringCuda, missing);
-    if (!missing.empty()) a.reason = "NCCL or the CUDA runtime lacks" + missing;
-  });
-  return a;
-}
+constexpr int kNcclUint8 = 1;       // ncclUint8
+constexpr int kNcclInProgress = 7;  // ncclInProgress (non-blocking communicators)
 
 class NcclCollective final : public Collective {
  public:
-  NcclCollective(const Api& a, ncclComm_t comm, cudaStream_t stream, bool own_stream, int device, int rank, int size,
-                 std::chrono::milliseconds timeout)
-      : a_(a), comm_(comm), stream_(stream), own_stream_(own_stream), device_(device), rank_(rank), size_(size),
-        timeout_(timeout) {}
+  NcclCollective(const gpu::Api& a, const WlNccl& n, void* comm, void* stream, bool own_stream, void* event, int device,
+                 int rank, int size, std::chrono::milliseconds timeout)
+      : a_(a), n_(n), comm_(comm), stream_(stream), own_stream_(own_stream), event_(event), device_(device),
+        rank_(rank), size_(size), timeout_(timeout) {}
   ~NcclCollective() override {
-    if (own_stream_) (void)a_.StreamDestroy(stream_);
+    (void)a_.rt.eventDestroy(event_);
+    if (own_stream_) (void)a_.rt.streamDestroy(stream_);
   }
 
   int rank() const override { return rank_; }
@@ -117,19 +37,20 @@ class NcclCollective final : public Collective {
   Status all_gather(std::byte* buf, uint64_t block) override {
     WL_RETURN_IF_ERROR(usable());
     const std::byte* mine = buf + static_cast<uint64_t>(rank_) * block;  // in place
-    WL_RETURN_IF_ERROR(nccl(a_.AllGather(mine, buf, block, kNcclUint8, comm_, stream_), "ncclAllGather"));
+    WL_RETURN_IF_ERROR(nccl(n_.allGather(mine, buf, block, kNcclUint8, comm_, stream_), "ncclAllGather"));
     return wait("ncclAllGather");
   }
   Status broadcast(std::byte* buf, uint64_t n, int root) override {
     WL_RETURN_IF_ERROR(usable());
-    WL_RETURN_IF_ERROR(nccl(a_.Broadcast(buf, buf, n, kNcclUint8, root, comm_, stream_), "ncclBroadcast"));
+    if (root < 0 || root >= size_) return Status::InvalidArgument(fmt::format("broadcast root {} is outside [0, {})", root, size_));
+    WL_RETURN_IF_ERROR(nccl(n_.broadcast(buf, buf, n, kNcclUint8, root, comm_, stream_), "ncclBroadcast"));
     return wait("ncclBroadcast");
   }
   // Through device scratch memory: the lengths, then every string padded to the longest.
   Result<std::vector<std::string>> all_gather_strings(const std::string& mine) override {
     const auto w = static_cast<uint64_t>(size_);
     WL_ASSIGN_OR_RETURN(auto lens_dev, allocate(w * 8));
-    std::vector<uint64_t> lens(size_);
+    std::vector<uint64_t> lens(static_cast<size_t>(size_));
     lens[static_cast<size_t>(rank_)] = mine.size();
     WL_RETURN_IF_ERROR(copy(lens_dev.get() + static_cast<uint64_t>(rank_) * 8, device(),
                             reinterpret_cast<const std::byte*>(&lens[static_cast<size_t>(rank_)]), kCpu, 8));
@@ -147,26 +68,29 @@ class NcclCollective final : public Collective {
     std::string all(static_cast<size_t>(w * longest), '\0');
     WL_RETURN_IF_ERROR(copy(reinterpret_cast<std::byte*>(all.data()), kCpu, all_dev.get(), device(), w * longest));
     std::vector<std::string> out;
-    for (uint64_t k = 0; k < w; ++k) out.push_back(all.substr(static_cast<size_t>(k * longest), static_cast<size_t>(lens[k])));
+    for (uint64_t k = 0; k < w; ++k)
+      out.push_back(all.substr(static_cast<size_t>(k * longest), static_cast<size_t>(lens[k])));
     return out;
   }
   void abort(const Status& why) override {
     (void)why;
-    if (!aborted_) (void)a_.CommAbort(comm_);
+    if (!aborted_) (void)n_.commAbort(comm_);
     aborted_ = true;
   }
 
   Result<std::shared_ptr<std::byte>> allocate(uint64_t n) override {
-    WL_RETURN_IF_ERROR(cuda(a_.SetDevice(device_), "cudaSetDevice"));
+    WL_RETURN_IF_ERROR(gpu::set_device(a_, device_));
     void* p = nullptr;
-    WL_RETURN_IF_ERROR(cuda(a_.Malloc(&p, static_cast<size_t>(std::max<uint64_t>(n, 1))), "cudaMalloc"));
-    const Api* a = &a_;
-    return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [a](std::byte* q) { (void)a->Free(q); });
+    if (int rc = a_.rt.malloc(&p, static_cast<size_t>(std::max<uint64_t>(n, 1))); rc != 0)
+      return gpu::cuda_error(a_, rc, fmt::format("cudaMalloc({} bytes) for the exchange", n));
+    const gpu::Api* a = &a_;
+    return std::shared_ptr<std::byte>(static_cast<std::byte*>(p), [a](std::byte* q) { (void)a->rt.free(q); });
   }
   Status copy(std::byte* dst, Device, const std::byte* src, Device, uint64_t n) override {
     if (n == 0) return Status();
-    WL_RETURN_IF_ERROR(cuda(a_.SetDevice(device_), "cudaSetDevice"));
-    WL_RETURN_IF_ERROR(cuda(a_.MemcpyAsync(dst, src, static_cast<size_t>(n), kCudaMemcpyDefault, stream_), "cudaMemcpyAsync"));
+    WL_RETURN_IF_ERROR(gpu::set_device(a_, device_));
+    if (int rc = a_.rt.memcpyAsync(dst, src, static_cast<size_t>(n), kCudaMemcpyDefault, stream_); rc != 0)
+      return gpu::cuda_error(a_, rc, "cudaMemcpyAsync");
     return wait("cudaMemcpyAsync");
   }
 
@@ -175,24 +99,21 @@ class NcclCollective final : public Collective {
     if (aborted_) return Status::Aborted("the NCCL communicator was aborted");
     return Status();
   }
-  Status nccl(ncclResult_t r, const char* what) {
+  Status nccl(int r, const char* what) {
     if (r == 0 || r == kNcclInProgress) return Status();
-    return Status::Aborted(fmt::format("rank {} of {}: {}: {}", rank_, size_, what, a_.GetErrorString(r)));
+    return Status::Aborted(fmt::format("rank {} of {}: {}: {}", rank_, size_, what, n_.getErrorString(r)));
   }
-  Status cuda(cudaError_t e, const char* what) {
-    if (e == 0) return Status();
-    return Status::IoError(fmt::format("rank {} of {}: {}: {}", rank_, size_, what, a_.GetErrorStringCuda(e)));
-  }
-  // Polls the stream (and the communicator's asynchronous error) until the
-  // queued work is done; past the timeout the communicator is aborted.
+  // Polls an event recorded after the queued work until it completes; the
+  // communicator's asynchronous error or the timeout aborts it.
   Status wait(const char* what) {
+    if (int rc = a_.rt.eventRecord(event_, stream_); rc != 0) return gpu::cuda_error(a_, rc, "cudaEventRecord");
     const auto t0 = std::chrono::steady_clock::now();
     while (true) {
-      cudaError_t q = a_.StreamQuery(stream_);
+      int q = a_.rt.eventQuery(event_);
       if (q == 0) return Status();
-      if (q != kCudaNotReady) return cuda(q, what);
-      ncclResult_t async = 0;
-      if (a_.CommGetAsyncError(comm_, &async) == 0 && async != 0 && async != kNcclInProgress) {
+      if (q != kCudaErrorNotReady) return gpu::cuda_error(a_, q, what);
+      int async = 0;
+      if (n_.commGetAsyncError(comm_, &async) == 0 && async != 0 && async != kNcclInProgress) {
         abort(Status());
         return nccl(async, what);
       }
@@ -205,10 +126,12 @@ class NcclCollective final : public Collective {
     }
   }
 
-  const Api& a_;
-  ncclComm_t comm_;
-  cudaStream_t stream_;
+  const gpu::Api& a_;
+  const WlNccl& n_;
+  void* comm_;
+  void* stream_;
   bool own_stream_;
+  void* event_;
   int device_, rank_, size_;
   std::chrono::milliseconds timeout_;
   bool aborted_ = false;
@@ -219,23 +142,28 @@ class NcclCollective final : public Collective {
 Result<std::unique_ptr<Collective>> nccl_collective(void* comm, void* stream, int device,
                                                     std::chrono::milliseconds timeout) {
   if (comm == nullptr) return Status::InvalidArgument("the NCCL communicator is null");
-  if (device < 0) return Status::InvalidArgument(fmt::format("CUDA device {} is negative", device));
-  const Api& a = api();
-  if (!a.reason.empty()) return Status::Unavailable(a.reason);
-  if (int e = a.SetDevice(device); e != 0)
-    return Status::Unavailable(fmt::format("cudaSetDevice({}): {}", device, a.GetErrorStringCuda(e)));
+  gpu::Backend& b = gpu::backend();
+  const gpu::Api& a = b.api();
+  WL_RETURN_IF_ERROR(gpu::set_device(a, device));
+  const gpu::Nccl& n = b.nccl();
+  if (!n.fn) return Status::Unavailable(n.reason);
   int rank = 0, size = 0;
-  if (ncclResult_t r = a.CommUserRank(comm, &rank); r != 0)
-    return Status::InvalidArgument(fmt::format("ncclCommUserRank: {}", a.GetErrorString(r)));
-  if (ncclResult_t r = a.CommCount(comm, &size); r != 0)
-    return Status::InvalidArgument(fmt::format("ncclCommCount: {}", a.GetErrorString(r)));
-  bool own = stream == nullptr;
+  if (int r = n.fn->commUserRank(comm, &rank); r != 0)
+    return Status::InvalidArgument(fmt::format("ncclCommUserRank: {}", n.fn->getErrorString(r)));
+  if (int r = n.fn->commCount(comm, &size); r != 0)
+    return Status::InvalidArgument(fmt::format("ncclCommCount: {}", n.fn->getErrorString(r)));
+  const bool own = stream == nullptr;
   if (own) {
-    if (int e = a.StreamCreateWithFlags(&stream, kCudaStreamNonBlocking); e != 0)
-      return Status::Unavailable(fmt::format("cudaStreamCreateWithFlags: {}", a.GetErrorStringCuda(e)));
+    if (int rc = a.rt.streamCreateWithFlags(&stream, kCudaStreamNonBlocking); rc != 0)
+      return gpu::cuda_error(a, rc, "cudaStreamCreateWithFlags");
+  }
+  void* event = nullptr;
+  if (int rc = a.rt.eventCreateWithFlags(&event, kCudaEventDisableTiming); rc != 0) {
+    if (own) (void)a.rt.streamDestroy(stream);
+    return gpu::cuda_error(a, rc, "cudaEventCreateWithFlags");
   }
   return std::unique_ptr<Collective>(
-      std::make_unique<NcclCollective>(a, comm, stream, own, device, rank, size, timeout));
+      std::make_unique<NcclCollective>(a, *n.fn, comm, stream, own, event, device, rank, size, timeout));
 }
 
 }  // namespace wl

@@ -3,13 +3,12 @@
 #include <dlfcn.h>
 
 #include <cstdlib>
-#include <vector>
 
 #include <fmt/format.h>
 
 namespace wl {
 
-void* open_plugin(const char* name, const char* env_var, const void* anchor, int dlopen_flags, std::string* errors) {
+std::vector<std::string> plugin_candidates(const char* name, const char* env_var, const void* anchor) {
   std::vector<std::string> candidates;
   if (const char* env = std::getenv(env_var); env && *env) candidates.push_back(env);
   Dl_info info{};
@@ -21,6 +20,10 @@ void* open_plugin(const char* name, const char* env_var, const void* anchor, int
     candidates.push_back(dir + "/../lib/" + name);
   }
   candidates.push_back(name);
+  return candidates;
+}
+
+void* open_plugin(const std::vector<std::string>& candidates, int dlopen_flags, std::string* errors) {
   for (const auto& c : candidates) {
     if (void* handle = ::dlopen(c.c_str(), dlopen_flags)) return handle;
     if (const char* e = ::dlerror(); e && errors) *errors += fmt::format("\n  {}: {}", c, e);
