@@ -2,6 +2,7 @@
 //   [--threads N] [--block-size BYTES] [--tp-rank R --tp-size W] [--shard-rule PATTERN:DIM ...]
 //   [--experts IDS] [--max-memory BYTES] [--direct auto|on|off] [--no-progress]
 //   [--device cpu|pinned|cuda[:N]] [--gds auto|on|off]
+//   [--distributed [--dist-timeout SECONDS]]   (under mpirun: read once in total, exchange over MPI)
 // With a device, tensors land in pinned or CUDA memory (weightlift/gpu.h);
 // --checksum then copies each one back to hash it.
 #include <algorithm>
@@ -48,6 +49,8 @@ struct LoadArgs {
   uint64_t dummy_seed = 1234;
   std::string device = "cpu";
   std::string gds = "auto";
+  bool distributed = false;
+  double dist_timeout = 600;
 };
 
 // --dummy: every tensor allocated and filled with reproducible random values
@@ -132,15 +135,36 @@ int run_load(const LoadArgs& a) {
     opt.destination = dest.get();
   }
 
+  // --distributed: the ranks of MPI_COMM_WORLD (mpirun -np N) read the
+  // checkpoint once in total and exchange over MPI.
+  std::unique_ptr<Collective> world;
+  if (a.distributed) {
+    if (a.dummy) return usage_error("--distributed reads the checkpoint; it does not combine with --dummy");
+    if (a.rank != 0 || a.world_size != 1)
+      return usage_error("--distributed takes the rank and world size from MPI; drop --rank and --world-size");
+    if (!(a.dist_timeout > 0 && a.dist_timeout <= 86400))
+      return usage_error(fmt::format("--dist-timeout {} is outside (0, 86400] seconds", a.dist_timeout));
+    auto w = mpi_world(std::chrono::milliseconds(static_cast<int64_t>(a.dist_timeout * 1000)));
+    if (!w.ok()) return fail(w.status());
+    world = std::move(*w);
+    opt.collective = world.get();
+  }
   // A repository id on a cold cache loads while it downloads (the sources serve its files meanwhile).
   std::vector<std::unique_ptr<HubSource>> sources;
   auto resolved = weight_files_of(a.paths, a.revision, a.offline, a.dummy ? nullptr : &sources);
+  if (world) {  // every rank learns whether every rank found its files
+    auto all = world->all_gather_strings(resolved.ok() ? std::string() : resolved.status().to_string());
+    if (!all.ok()) return fail(all.status());
+    for (size_t k = 0; k < all->size() && resolved.ok(); ++k)
+      if (!(*all)[k].empty())
+        return fail(Status::Aborted(fmt::format("rank {} of {} failed: {}", k, all->size(), (*all)[k])));
+  }
   if (!resolved.ok()) return fail(resolved.status());
   const std::vector<std::string>& files = *resolved;
   bool downloading = false;
   for (auto& s : sources) downloading |= !s->pending().empty();
   if (downloading && opt.strategy == Strategy::kAuto) opt.strategy = Strategy::kStream;  // parallel readers
-  const bool leader = a.tp_rank == 0 && a.rank == 0;
+  const bool leader = a.tp_rank == 0 && a.rank == 0 && (!world || world->rank() == 0);
   const bool show = leader && !a.no_progress;
   if (leader && a.verbose) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
   std::unique_ptr<ProgressBar> bar;
@@ -186,16 +210,20 @@ int run_load(const LoadArgs& a) {
   double gbps = r->seconds > 0 ? static_cast<double>(r->bytes) / r->seconds / 1e9 : 0.0;
   std::string strat = a.dummy ? std::string("dummy") : std::string(strategy_name(r->strategy));
   if (r->strategy == Strategy::kStream) strat += r->gds ? " (GDS)" : r->direct_io ? " (O_DIRECT)" : " (buffered)";
+  if (world)
+    strat += fmt::format(" (distributed, rank {} of {}, received {} bytes)", world->rank(), world->world_size(),
+                         r->bytes_exchanged);
   std::string where = device->to_string();
   if (dest)
     where += fmt::format(", {} memory {:.1f} MiB", device->kind == DeviceKind::kCuda ? "device" : "pinned",
                          static_cast<double>(dest->allocated_bytes()) / (1 << 20));
   std::fprintf(stderr,
                "loaded %llu tensors, %llu bytes from %zu files in %.3f s (%.2f GB/s), strategy %s, to %s, "
-               "peak RSS %.1f MiB, read %llu bytes, skipped %llu expert tensors\n",
+               "peak RSS %.1f MiB, read %llu bytes, skipped %llu expert tensors, storage read %llu bytes\n",
                static_cast<unsigned long long>(r->tensors), static_cast<unsigned long long>(r->bytes), files.size(),
                r->seconds, gbps, strat.c_str(), where.c_str(), static_cast<double>(peak_rss_bytes()) / (1 << 20),
-               static_cast<unsigned long long>(r->bytes_read), static_cast<unsigned long long>(r->skipped_tensors));
+               static_cast<unsigned long long>(r->bytes_read), static_cast<unsigned long long>(r->skipped_tensors),
+               static_cast<unsigned long long>(storage_read_bytes()));
   return 0;
 }
 
@@ -223,6 +251,11 @@ RunFn setup_load(CLI::App& sub) {
   sub.add_option("--dummy-seed", a->dummy_seed, "seed of --dummy (default 1234, as vLLM)");
   sub.add_option("--device", a->device, "where tensors land: cpu (default) | pinned | cuda | cuda:N");
   sub.add_option("--gds", a->gds, "GPUDirect Storage for --device cuda: auto (default) | on | off");
+  sub.add_flag("--distributed", a->distributed,
+               "under mpirun -np N: the N ranks read the checkpoint once in total and exchange over MPI "
+               "(with --shard-rule each keeps its own shard)");
+  sub.add_option("--dist-timeout", a->dist_timeout,
+                 "--distributed: seconds to wait for the other ranks before aborting the job (default 600)");
   return [a] { return run_load(*a); };
 }
 

@@ -100,7 +100,7 @@ struct LoadOptions {
   DirectIo direct = DirectIo::kAuto;
   // Where each tensor's bytes go (not owned). nullptr: host memory of the
   // engine's choosing (it may then share one buffer between the tensors of a
-  // file: eager, threads). Every strategy honours it; the engine calls its
+  // file: eager, threads; of a load: distributed). Every strategy honours it; the engine calls its
   // reserve() with every planned tensor before the first allocate(). With a
   // device destination (gpu.h) `auto` runs the stream strategy, the one that
   // overlaps reads with copies and uses GPUDirect Storage.
@@ -111,8 +111,15 @@ struct LoadOptions {
   bool ordered = false;
 
   // Distributed loading (not owned): the ranks of `collective` read the
-  // checkpoint once in total and exchange over it. nullptr: this process
-  // reads everything it delivers.
+  // checkpoint once in total and exchange over it (docs/distributed.md).
+  // Every rank calls load_files with the same files (same headers; paths may
+  // differ), and the same shard_rules; local_experts may differ by rank. The
+  // reads always stream (strategy is ignored); with shard_rules each rank
+  // keeps its own shard (tp_rank/tp_size must then be rank/world or be left
+  // at 0/1). Each rank contributes 4 x block_size bytes per exchange round
+  // (32 MiB by default; at most max_memory / 4 / world). One rank's failure
+  // fails every rank with a message naming it. nullptr: this process reads
+  // everything it delivers.
   Collective* collective = nullptr;
 
   // The system facts `auto` and the memory policy consult.
@@ -128,6 +135,9 @@ struct LoadStats {
   Strategy strategy = Strategy::kLazy;  // what ran (auto resolves to prefetch or lazy)
   bool direct_io = false;               // stream used O_DIRECT
   bool gds = false;                     // stream read into device memory with GPUDirect Storage
+  // Distributed: bytes this rank received from the others over the
+  // collective (their exchange blocks, padding included).
+  uint64_t bytes_exchanged = 0;
 };
 
 // Loads the tensors of the given weight files (any CheckpointReader format;

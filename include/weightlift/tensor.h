@@ -48,6 +48,11 @@ class Buffer {
   size_t size() const { return size_; }
   std::span<std::byte> span() { return {data_, size_}; }
   std::span<const std::byte> span() const { return {data_, size_}; }
+  // Faults in the pages wholly inside bytes [offset, offset+n), keeping their
+  // contents, so that a later writer (a DMA, another process copying in)
+  // finds them mapped. Pages the range only partly covers are left alone, so
+  // other threads may write next to the range meanwhile. Best effort.
+  void prefault(size_t offset, size_t n);
 
  private:
   std::byte* data_ = nullptr;

@@ -16,6 +16,10 @@
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 
+namespace wl {
+class Collective;
+}
+
 namespace wlpy {
 
 namespace nb = nanobind;
@@ -81,6 +85,9 @@ inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const
 
 // ---- each component's bindings ----------------------------------------------
 void bind_hub(nb::module_& m);  // bind_hub.cpp: the Hugging Face Hub, ModelScope, load while downloading
+void bind_dist(nb::module_& m);  // bind_dist.cpp: Collectives for distributed loading (torch.distributed, NCCL)
+// The wl::Collective behind a weightlift._core.Collective object (engine option "collective").
+wl::Collective* collective_from(nb::handle h);
 
 // ---- the GPU engine options (bind_gpu.cpp) ----
 

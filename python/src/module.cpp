@@ -238,6 +238,13 @@ class Stream {
         }
         continue;
       }
+      if (key == "collective") {  // a weightlift._core.Collective (bind_dist.cpp): distributed loading
+        if (!v.is_none()) {
+          opts_.collective = collective_from(v);
+          collective_ = nb::borrow(v);
+        }
+        continue;
+      }
       if (key == "direct") {
         std::string d = nb::cast<std::string>(v);
         if (d == "auto") opts_.direct = wl::DirectIo::kAuto;
@@ -302,12 +309,15 @@ class Stream {
     d["files_done"] = progress_.files_done;
     d["files_total"] = progress_.files_total;
     d["seconds"] = stats_.seconds;
+    d["bytes_read"] = stats_.bytes_read;
+    d["bytes_exchanged"] = stats_.bytes_exchanged;
     return d;
   }
 
  private:
   wl::LoadOptions opts_;
   std::shared_ptr<void> dest_;  // opts_.destination's owner (device loads)
+  nb::object collective_;  // keeps opts_.collective alive
   uint64_t max_bytes_;
   std::mutex mu_;
   std::condition_variable can_push_, can_pop_;
@@ -460,5 +470,6 @@ NB_MODULE(_core, m) {
   // Each component's bindings (python/src/bind_<component>.cpp), declared in bindings.h.
   bind_hub(m);
   bind_gpu(m);
+  bind_dist(m);
 
 }

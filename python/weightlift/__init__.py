@@ -47,5 +47,6 @@ from ._hub import (  # noqa: F401  (download_weights_from_hf: the reference's, p
     maybe_download_from_modelscope,
 )
 from ._gpu import fastsafetensors_weights_iterator, instanttensor_weights_iterator  # noqa: F401
+from ._distributed import load_distributed  # noqa: F401
 
 __version__ = "0.1.0"

@@ -48,6 +48,21 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
   return *this;
 }
 
+void Buffer::prefault(size_t offset, size_t n) {
+  if (offset > size_ || n > size_ - offset) return;
+  const size_t page = 4096;
+  const auto begin = (reinterpret_cast<uintptr_t>(data_) + offset + page - 1) & ~(page - 1);
+  const auto end = (reinterpret_cast<uintptr_t>(data_) + offset + n) & ~(page - 1);
+  if (end <= begin) return;
+#ifdef MADV_POPULATE_WRITE
+  if (::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_POPULATE_WRITE) == 0) return;
+#endif
+  for (uintptr_t p = begin; p < end; p += page) {  // older kernels: touch each page, keeping its byte
+    volatile std::byte* b = reinterpret_cast<std::byte*>(p);
+    *b = *b;
+  }
+}
+
 Result<Buffer> Buffer::allocate(size_t size, size_t alignment) {
   if (alignment == 0 || (alignment & (alignment - 1)) != 0)
     return Status::InvalidArgument(fmt::format("buffer alignment {} is not a power of two", alignment));

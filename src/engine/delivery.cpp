@@ -9,10 +9,14 @@
 namespace wl::engine {
 
 Delivery::Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan)
+    : Delivery(o, sink, LoadProgress{.bytes_total = plan.bytes_total, .tensors_total = plan.tensors.size(),
+                                     .files_total = plan.files.size()}) {}
+
+Delivery::Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const LoadProgress& totals)
     : o_(o), sink_(sink) {
-  p_.bytes_total = plan.bytes_total;
-  p_.tensors_total = plan.tensors.size();
-  p_.files_total = plan.files.size();
+  p_.bytes_total = totals.bytes_total;
+  p_.tensors_total = totals.tensors_total;
+  p_.files_total = totals.files_total;
 }
 
 Status Delivery::deliver(const PlannedTensor& t, const std::string& file, TensorView view) {

@@ -22,6 +22,8 @@ namespace wl::engine {
 class Delivery {
  public:
   Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan);
+  // Progress totals given (bytes_total, tensors_total, files_total; the rest ignored).
+  Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const LoadProgress& totals);
   // Hands one finished tensor over. Thread-safe.
   Status deliver(const PlannedTensor& t, const std::string& file, TensorView view);
   void file_done();

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include <fmt/format.h>
+
 #include "weightlift/expert_filter.h"
+#include "weightlift/hash.h"
 
 namespace wl::engine {
 
@@ -25,6 +28,16 @@ class PinnedVersionEnv final : public EnvWrapper {
   std::string path_, version_;
 };
 
+std::string header_digest(const CheckpointReader& r) {
+  Sha256 h;
+  h.update(r.format_name());
+  for (const CheckpointTensor& t : r.tensors()) {
+    h.update(fmt::format("\n{}\t{}\t{}\t{}\t{}", t.name, dtype_name(t.dtype), shape_to_string(t.shape), t.nbytes,
+                         t.file_offset ? std::to_string(*t.file_offset) : std::string("-")));
+  }
+  return h.hex_digest();
+}
+
 }  // namespace
 
 Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions& o) {
@@ -36,6 +49,7 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
     WL_ASSIGN_OR_RETURN(pf.reader, open_checkpoint(files[fi], o.env));
     pf.version = pf.reader->version();
     const auto& ts = pf.reader->tensors();
+    pf.digest = header_digest(*pf.reader);
     for (size_t i = 0; i < ts.size(); ++i) {
       const CheckpointTensor& ct = ts[i];
       if (should_skip_weight(ct.name, o.local_experts)) {

@@ -40,6 +40,9 @@ inline constexpr size_t kKeepOpen = 64;
 struct PlanFile {
   std::string path;
   std::string version;  // RandomAccessFile::version() when planned
+  // SHA-256 of the header's tensor table (names, dtypes, shapes, sizes,
+  // offsets): equal on every rank that opened the same checkpoint.
+  std::string digest;
   std::unique_ptr<CheckpointReader> reader;  // may be null: see reader_of()
   std::vector<size_t> tensors;  // indices into Plan::tensors, in file-offset order
 };

@@ -18,6 +18,13 @@ Status run_prefetch(Plan& plan, const std::vector<std::string>& files, const Loa
                     Delivery& d, LoadStats& stats);
 // stream: every selected byte range as one stream over N I/O threads.
 Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats);
+// stream: whether it reads with O_DIRECT (o.direct; kAuto samples the first files' page-cache residency).
+Result<bool> stream_direct(const Plan& plan, const LoadOptions& o);
+
+// Distributed (o.collective set): the ranks read the plan's bytes once in
+// total and exchange them (rank_plan.h); reads go through run_stream.
+Result<LoadStats> run_distributed(const std::vector<std::string>& files, const LoadOptions& o,
+                                  const std::function<Status(LoadedTensor&&)>& sink);
 
 // The whole load: the plan, then the strategy `s` (never kAuto).
 Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, const LoadOptions& o,

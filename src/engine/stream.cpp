@@ -56,6 +56,19 @@ struct Piece {
 
 }  // namespace
 
+Result<bool> stream_direct(const Plan& plan, const LoadOptions& o) {
+  if (o.direct != DirectIo::kAuto) return o.direct == DirectIo::kOn;
+  // A sample of the first files' pages: O_DIRECT when under half are cached.
+  double hits = 0;
+  int n = 0;
+  for (size_t fi = 0; fi < plan.files.size() && fi < 8; ++fi) {
+    WL_ASSIGN_OR_RETURN(auto f, open_data(plan.files[fi], o.env, FileMode::kPread));
+    double r = f->cached_fraction();
+    if (r >= 0) hits += r, ++n;
+  }
+  return n > 0 && hits / n < 0.5;
+}
+
 Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
   int threads = o.threads > 0 ? o.threads : 8;
   uint64_t chunk = o.block_size > 0 ? o.block_size : kDefaultChunk;
@@ -116,18 +129,10 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
   // A stopped load (an error, a cancel) wakes readers waiting for a slot.
   if (up) d.on_stop([up] { up->cancel(); });
 
-  // Choose O_DIRECT from a sample of the first files' pages (cuFile wants
-  // O_DIRECT descriptors).
+  // O_DIRECT (cuFile wants O_DIRECT descriptors); kAuto samples the first files' pages.
   bool direct = o.direct == DirectIo::kOn || (gds && o.direct != DirectIo::kOff);
   if (o.direct == DirectIo::kAuto) {
-    double hits = 0;
-    int n = 0;
-    for (size_t fi = 0; fi < plan.files.size() && fi < 8; ++fi) {
-      WL_ASSIGN_OR_RETURN(auto f, open_data(plan.files[fi], o.env, FileMode::kPread));
-      double r = f->cached_fraction();
-      if (r >= 0) hits += r, ++n;
-    }
-    direct = n > 0 && hits / n < 0.5;
+    WL_ASSIGN_OR_RETURN(direct, stream_direct(plan, o));
   }
   // Files open on first use (the planned version, else kAborted) and close
   // once their last tensor is handed over, so thousands of shards never hold

@@ -111,6 +111,11 @@ struct WlNccl {
   int (*allGather)(const void* send, void* recv, size_t count, int datatype, void* comm, void* stream);
   int (*broadcast)(const void* send, void* recv, size_t count, int datatype, int root, void* comm, void* stream);
   const char* (*getErrorString)(int result);
+  // A communicator the caller made (weightlift's distributed loading, src/dist/).
+  int (*commCount)(void* comm, int* count);
+  int (*commUserRank)(void* comm, int* rank);
+  int (*commAbort)(void* comm);
+  int (*commGetAsyncError)(void* comm, int* result);
 };
 
 // libweightlift_cuda.so (src/cuda/backend.cu): our kernels, plus the CUDA

@@ -477,7 +477,24 @@ int nccl_broadcast(const void* send, void* recv, size_t count, int dtype, int ro
 }
 const char* nccl_error(int r) { return r == 0 ? "no error" : "invalid argument (fake NCCL has one rank)"; }
 
-const WlNccl kNccl = {nccl_version, nccl_unique_id, nccl_init, nccl_destroy, nccl_all_gather, nccl_broadcast, nccl_error};
+int nccl_count(void* comm, int* n) {
+  if (!comm) return 4;
+  *n = 1;
+  return 0;
+}
+int nccl_user_rank(void* comm, int* r) {
+  if (!comm) return 4;
+  *r = 0;
+  return 0;
+}
+int nccl_abort(void* comm) { return nccl_destroy(comm); }
+int nccl_async_error(void*, int* result) {
+  *result = 0;
+  return 0;
+}
+
+const WlNccl kNccl = {nccl_version,   nccl_unique_id, nccl_init,  nccl_destroy,    nccl_all_gather, nccl_broadcast,
+                      nccl_error,     nccl_count,     nccl_user_rank, nccl_abort, nccl_async_error};
 
 }  // namespace
 

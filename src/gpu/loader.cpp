@@ -16,17 +16,13 @@
 #include "gpu/api.h"
 #include "gpu/fake.h"
 #include "gpu/ring.h"
+#include "util/plugin.h"
 
 namespace wl::gpu {
 
 namespace {
 
 constexpr const char* kKernelsLib = "libweightlift_cuda.so";
-
-std::string dir_of(const std::string& path) {
-  auto pos = path.rfind('/');
-  return pos == std::string::npos ? "." : path.substr(0, pos);
-}
 
 // Paths of mapped libraries whose file name starts with `stem`.
 std::vector<std::string> mapped_libraries(std::string_view stem) {
@@ -107,15 +103,8 @@ bool resolve_runtime(void* h, WlCudaRuntime* rt, std::string* missing) {
 // libweightlift_cuda.so: $WEIGHTLIFT_CUDA_LIBRARY, next to this library or
 // binary (., ../lib), the loader's search path.
 const WlCudaApi* load_kernels(std::string* reason) {
-  std::vector<std::string> candidates;
-  if (const char* env = std::getenv("WEIGHTLIFT_CUDA_LIBRARY"); env && *env) candidates.push_back(env);
-  Dl_info info{};
-  if (::dladdr(reinterpret_cast<void*>(&detect_cuda), &info) && info.dli_fname) {
-    std::string dir = dir_of(info.dli_fname);
-    candidates.push_back(dir + "/" + kKernelsLib);
-    candidates.push_back(dir + "/../lib/" + kKernelsLib);
-  }
-  candidates.push_back(kKernelsLib);
+  std::vector<std::string> candidates =
+      plugin_candidates(kKernelsLib, "WEIGHTLIFT_CUDA_LIBRARY", reinterpret_cast<void*>(&detect_cuda));
   std::string which, errors;
   void* h = open_library(kKernelsLib, candidates, &which, &errors);
   if (!h) {
@@ -292,7 +281,11 @@ Nccl load_nccl(const Api& api, WlNccl* out) {
             resolve(h, "ncclCommDestroy", &out->commDestroy, &missing) &&
             resolve(h, "ncclAllGather", &out->allGather, &missing) &&
             resolve(h, "ncclBroadcast", &out->broadcast, &missing) &&
-            resolve(h, "ncclGetErrorString", &out->getErrorString, &missing);
+            resolve(h, "ncclGetErrorString", &out->getErrorString, &missing) &&
+            resolve(h, "ncclCommCount", &out->commCount, &missing) &&
+            resolve(h, "ncclCommUserRank", &out->commUserRank, &missing) &&
+            resolve(h, "ncclCommAbort", &out->commAbort, &missing) &&
+            resolve(h, "ncclCommGetAsyncError", &out->commGetAsyncError, &missing);
   if (!ok) {
     n.reason = fmt::format("NCCL ({}) lacks {}", which, missing);
     return n;

@@ -42,8 +42,7 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
     return Status::InvalidArgument(fmt::format("tensor-parallel rank {} is outside [0, {})", o.tp_rank, o.tp_size));
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
     return Status::InvalidArgument(fmt::format("rank {} is outside [0, {})", o.rank, o.world_size));
-  if (o.collective != nullptr)
-    return Status::Unimplemented("distributed loading (LoadOptions.collective) is not in this build yet");
+  if (o.collective != nullptr) return engine::run_distributed(files, o, sink);  // always streams
 
   Strategy s = o.strategy;
   if (s == Strategy::kAuto && o.destination && !o.destination->device().host_accessible()) {

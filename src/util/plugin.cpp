@@ -1,0 +1,34 @@
+#include "util/plugin.h"
+
+#include <dlfcn.h>
+
+#include <cstdlib>
+
+#include <fmt/format.h>
+
+namespace wl {
+
+std::vector<std::string> plugin_candidates(const char* name, const char* env_var, const void* anchor) {
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv(env_var); env && *env) candidates.push_back(env);
+  Dl_info info{};
+  if (::dladdr(anchor, &info) && info.dli_fname) {
+    std::string path = info.dli_fname;
+    auto pos = path.rfind('/');
+    std::string dir = pos == std::string::npos ? "." : path.substr(0, pos);
+    candidates.push_back(dir + "/" + name);
+    candidates.push_back(dir + "/../lib/" + name);
+  }
+  candidates.push_back(name);
+  return candidates;
+}
+
+void* open_plugin(const std::vector<std::string>& candidates, int dlopen_flags, std::string* errors) {
+  for (const auto& c : candidates) {
+    if (void* handle = ::dlopen(c.c_str(), dlopen_flags)) return handle;
+    if (const char* e = ::dlerror(); e && errors) *errors += fmt::format("\n  {}: {}", c, e);
+  }
+  return nullptr;
+}
+
+}  // namespace wl
