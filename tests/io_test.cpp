@@ -82,6 +82,31 @@ TEST(RandomAccessFile, MmapViewsAreZeroCopyAndOthersAreNot) {
   (*m)->advise(0, 6, Advice::kWillNeed);  // hints never fail
 }
 
+TEST(RandomAccessFile, PopulateKeepsAPrivateMappingCopyOnWriteAndReleaseRefaults) {
+  TempDir dir;
+  std::string path = dir.file("f.bin");
+  std::string data = pattern(3 * 4096 + 100);
+  testing::write_bytes(path, data);
+  for (bool at_open : {true, false}) {
+    auto m = Env::Default()->open(path, {.mode = FileMode::kMmapPrivate, .populate = at_open});
+    ASSERT_TRUE(m.ok());
+    if (!at_open) (*m)->advise(0, data.size(), Advice::kPopulate);
+    auto v = (*m)->view(0, data.size());
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(v->data()), data.size()), data);
+    auto* w = const_cast<std::byte*>(v->data());
+    w[5000] = std::byte{0x7f};  // this process only
+    // Release the pages wholly inside [4000, 9000): page 1 (4096..8191); the write is dropped,
+    // the file's bytes come back; bytes outside the whole pages are kept.
+    w[4001] = std::byte{0x11};
+    (*m)->advise(4000, 5000, Advice::kRelease);
+    EXPECT_EQ(static_cast<char>(w[5000]), data[5000]);
+    EXPECT_EQ(w[4001], std::byte{0x11});
+    (*m)->advise(0, 0, Advice::kRelease);  // empty ranges are fine
+  }
+  EXPECT_EQ(testing::read_bytes(path), data);  // nothing reached the file
+}
+
 TEST(RandomAccessFile, ShrinkingAFileGivesAnErrorNotACrash) {
   TempDir dir;
   std::string path = dir.file("f.bin");
