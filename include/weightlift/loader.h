@@ -36,6 +36,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weightlift/collective.h"
@@ -102,6 +103,28 @@ struct LoadOptions {
   // engine's choosing (it may then share one buffer between the tensors of a
   // file: eager, threads). Every strategy honours it.
   Destination* destination = nullptr;
+
+  // With destination == nullptr, lazy / eager / prefetch / auto / threads:
+  // every tensor stored whole and contiguously in its file is handed over as
+  // a zero-copy view of a private copy-on-write mapping of the file (writable;
+  // a write copies the page for this process and never reaches the file),
+  // its pages mapped in by the engine before the hand-over (read faults, no
+  // copy; lazy: tensor by tensor, eager: the whole file first) and dropped
+  // from this process when the last view of the tensor dies. No fresh memory
+  // is touched. Shards and non-contiguous tensors are copied as before; the
+  // stream strategy always reads into memory.
+  bool file_views = false;
+
+  // The order in which each file's tensors are handed over (files stay in
+  // the given order for lazy / eager / prefetch / auto):
+  //   kOffset  storage (offset) order: one sequential pass
+  //   kName    names sorted, as safetensors' safe_open().keys()
+  //   kListed  the file's own listing order (a PyTorch file's pickle order)
+  enum class Order { kOffset, kName, kListed };
+  Order order = Order::kOffset;
+
+  // When set, only tensors it accepts are planned (the others are never read).
+  std::function<bool(std::string_view name)> select;
 
   // Distributed loading (not owned): the ranks of `collective` read the
   // checkpoint once in total and exchange over it. nullptr: this process

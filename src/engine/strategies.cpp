@@ -1,6 +1,7 @@
 // The per-file strategies (lazy, eager, threads, prefetch) and run_load().
 #include "engine/strategies.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -27,18 +28,67 @@ Status deliver_from(const PlannedTensor& t, const PlanFile& pf, const TensorView
   return d.deliver(t, pf.path, view_of(t, *r));
 }
 
+// The owner of a tensor handed over as a view of a private file mapping
+// (LoadOptions::file_views): keeps the mapping alive and, when the last view
+// dies, drops the tensor's pages from this process.
+struct MappedTensor {
+  std::shared_ptr<RandomAccessFile> file;
+  uint64_t offset = 0, nbytes = 0;
+  MappedTensor(std::shared_ptr<RandomAccessFile> f, uint64_t off, uint64_t n) : file(std::move(f)), offset(off), nbytes(n) {}
+  ~MappedTensor() { file->advise(offset, nbytes, Advice::kRelease); }
+};
+
+bool as_view(const PlannedTensor& t, const LoadOptions& o) {
+  return o.file_views && o.destination == nullptr && !t.shard && t.file_offset.has_value();
+}
+
+// Hands a tensor over as a view of `file` (a private mapping), its pages
+// mapped in first when `populate`.
+Status deliver_view(const PlannedTensor& t, const PlanFile& pf, const std::shared_ptr<RandomAccessFile>& file,
+                    Delivery& d, bool populate) {
+  auto span = file->view(*t.file_offset, t.nbytes);
+  if (!span.ok()) return Status(span.status()).with_tensor(t.name).with_file(pf.path);
+  if (populate && t.nbytes > 0) file->advise(*t.file_offset, t.nbytes, Advice::kPopulate);
+  auto owner = std::make_shared<MappedTensor>(file, *t.file_offset, t.nbytes);
+  return d.deliver(t, pf.path, TensorView(t.dtype, t.shape, *span, std::move(owner)));
+}
+
+// Starts reading the planned tensors' ranges into the page cache (asynchronous
+// readahead, adjacent ranges merged) so that mapping them in tensor by tensor
+// waits on the disk once per range, not once per fault.
+void will_need(const Plan& plan, const PlanFile& pf, const RandomAccessFile& file) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (size_t ti : pf.tensors) {
+    const PlannedTensor& t = plan.tensors[ti];
+    if (t.file_offset && t.full_nbytes) ranges.emplace_back(*t.file_offset, *t.file_offset + t.full_nbytes);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  constexpr uint64_t kGap = uint64_t{1} << 20;
+  for (size_t i = 0; i < ranges.size();) {
+    uint64_t a = ranges[i].first, b = ranges[i].second;
+    for (++i; i < ranges.size() && ranges[i].first <= b + kGap; ++i) b = std::max(b, ranges[i].second);
+    file.advise(a, b - a, Advice::kWillNeed);
+  }
+}
+
 Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& dest, Delivery& d) {
   PlanFile& pf = plan.files[fi];
   // The data is read from the planned version of the file: whole tensors with
   // pread (a file truncated under us is an error, not SIGBUS), shards cut out
-  // of the mapping.
-  WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, FileMode::kMmap));
+  // of the mapping; with file_views, whole tensors are views of a private mapping.
+  const bool views = o.file_views && o.destination == nullptr;
+  WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, views ? FileMode::kMmapPrivate : FileMode::kMmap));
   file->advise(0, file->size(), Advice::kSequential);
+  if (views) will_need(plan, pf, *file);
   PendingCopies pending;  // device destinations: copies in flight
   Status st = [&]() -> Status {
   for (size_t ti : pf.tensors) {
     if (d.stopped()) break;
     const PlannedTensor& t = plan.tensors[ti];
+    if (as_view(t, o)) {
+      WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/true));
+      continue;
+    }
     if (!t.shard && t.file_offset) {
       auto r = place(t, dest);
       if (!r.ok()) return Status(r.status()).with_file(pf.path);
@@ -75,6 +125,36 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& 
 Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination& dest, Delivery& d,
                        uint64_t* bytes_read) {
   PlanFile& pf = plan.files[fi];
+  if (o.file_views && o.destination == nullptr) {
+    // The whole file mapped in (read in sequentially where not cached)
+    // before its first tensor is handed over.
+    WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, FileMode::kMmapPrivate));
+    file->advise(0, file->size(), Advice::kSequential);
+    file->advise(0, file->size(), Advice::kPopulate);
+    *bytes_read += file->size();
+    for (size_t ti : pf.tensors) {
+      if (d.stopped()) return d.status();
+      const PlannedTensor& t = plan.tensors[ti];
+      if (as_view(t, o)) {
+        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/false));
+        continue;
+      }
+      TensorView full;
+      auto bytes = t.file_offset ? file->view(*t.file_offset, t.full_nbytes) : Result<std::span<const std::byte>>(Status::Unimplemented(""));
+      if (bytes.ok()) {
+        full = TensorView(t.dtype, t.full_shape, *bytes, file);
+      } else {
+        WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
+        auto v = r->view(t.index);
+        if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
+        full = *v;
+      }
+      WL_RETURN_IF_ERROR(deliver_from(t, pf, full, o, dest, d, /*share=*/false));
+    }
+    pf.reader.reset();
+    d.file_done();
+    return Status();
+  }
   WL_ASSIGN_OR_RETURN(auto f, open_data(pf, o.env, FileMode::kPread));
   auto buf = Buffer::allocate(static_cast<size_t>(f->size()), 4096);
   if (!buf.ok()) return Status(buf.status()).with_file(pf.path);
@@ -126,7 +206,10 @@ Status run_threads(Plan& plan, const LoadOptions& o, Destination& dest, Delivery
       size_t fi = next.fetch_add(1);
       if (fi >= plan.files.size()) return;
       uint64_t r = 0;
-      Status s = load_file_eager(plan, fi, o, dest, d, &r);
+      // With file_views a worker maps its file tensor by tensor (as lazy), so
+      // N workers hold N tensors, not N files, ahead of the consumer.
+      Status s = o.file_views && o.destination == nullptr ? load_file_lazy(plan, fi, o, dest, d)
+                                                         : load_file_eager(plan, fi, o, dest, d, &r);
       read_total += r;
       if (!s.ok()) {
         d.fail(s);
