@@ -73,4 +73,7 @@ inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const
 }
 
 
+// ---- each component's bindings (python/src/bind_<component>.cpp) ------------------
+void bind_engine(nb::module_& m);  // load options, the background load, load_into, policies
+
 }  // namespace wlpy
