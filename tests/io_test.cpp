@@ -85,7 +85,8 @@ TEST(RandomAccessFile, MmapViewsAreZeroCopyAndOthersAreNot) {
 TEST(RandomAccessFile, PopulateKeepsAPrivateMappingCopyOnWriteAndReleaseRefaults) {
   TempDir dir;
   std::string path = dir.file("f.bin");
-  std::string data = pattern(3 * 4096 + 100);
+  constexpr size_t kHuge = size_t{2} << 20;
+  std::string data = pattern(3 * kHuge + 100);
   testing::write_bytes(path, data);
   for (bool at_open : {true, false}) {
     auto m = Env::Default()->open(path, {.mode = FileMode::kMmapPrivate, .populate = at_open});
@@ -95,13 +96,14 @@ TEST(RandomAccessFile, PopulateKeepsAPrivateMappingCopyOnWriteAndReleaseRefaults
     ASSERT_TRUE(v.ok());
     EXPECT_EQ(std::string(reinterpret_cast<const char*>(v->data()), data.size()), data);
     auto* w = const_cast<std::byte*>(v->data());
-    w[5000] = std::byte{0x7f};  // this process only
-    // Release the pages wholly inside [4000, 9000): page 1 (4096..8191); the write is dropped,
-    // the file's bytes come back; bytes outside the whole pages are kept.
-    w[4001] = std::byte{0x11};
-    (*m)->advise(4000, 5000, Advice::kRelease);
-    EXPECT_EQ(static_cast<char>(w[5000]), data[5000]);
-    EXPECT_EQ(w[4001], std::byte{0x11});
+    // Writes are this process's only. Releasing [kHuge - 10, 2*kHuge + 10) drops
+    // the one 2 MiB stretch wholly inside it: its write is gone (the file's byte
+    // comes back); a write outside whole stretches stays.
+    w[kHuge + 5] = std::byte{0x7f};
+    w[kHuge - 5] = std::byte{0x11};
+    (*m)->advise(kHuge - 10, kHuge + 20, Advice::kRelease);
+    EXPECT_EQ(static_cast<char>(w[kHuge + 5]), data[kHuge + 5]);
+    EXPECT_EQ(w[kHuge - 5], std::byte{0x11});
     (*m)->advise(0, 0, Advice::kRelease);  // empty ranges are fine
   }
   EXPECT_EQ(testing::read_bytes(path), data);  // nothing reached the file

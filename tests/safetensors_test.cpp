@@ -273,7 +273,10 @@ TEST(SafetensorsRoundTrip, ReadRowsReadsOnlyThatRange) {
     ASSERT_TRUE(cols.ok()) << cols.status().to_string();
     EXPECT_EQ(cols->shape(), (Shape{10, 2}));
     auto* c = reinterpret_cast<const int32_t*>(cols->bytes().data());
-    for (int r = 0; r < 10; ++r) EXPECT_EQ(c[2 * r], 3 * r + 1), EXPECT_EQ(c[2 * r + 1], 3 * r + 2);
+    for (int r = 0; r < 10; ++r) {
+      EXPECT_EQ(c[2 * r], 3 * r + 1);
+      EXPECT_EQ(c[2 * r + 1], 3 * r + 2);
+    }
     auto bad_dim = (*f)->read_slice("m", 2, 0, 1);
     EXPECT_NE(bad_dim.status().message().find("slice dim 2 is out of range"), std::string::npos)
         << bad_dim.status().to_string();

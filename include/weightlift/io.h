@@ -38,10 +38,11 @@ namespace wl {
 // kPopulate: map the range's pages into this process now, reading them in
 // first when they are not cached (MADV_POPULATE_READ on a mapping: no page is
 // copied, a private mapping stays copy-on-write; WILLNEED otherwise).
-// kRelease: drop this process's mapping of the pages lying wholly inside the
-// range (MADV_DONTNEED on the mapping only; the page cache keeps them; a
-// private mapping's written pages are discarded). Only for ranges nothing
-// refers to any more; a no-op for files that are not mapped.
+// kRelease: drop this process's mapping of the 2 MiB-aligned stretches lying
+// wholly inside the range (MADV_DONTNEED on the mapping only, never splitting
+// a huge mapping; the page cache keeps the pages; a private mapping's written
+// pages are discarded). Only for ranges nothing refers to any more; a no-op
+// for files that are not mapped.
 enum class Advice { kNormal, kSequential, kRandom, kWillNeed, kDontNeed, kPopulate, kRelease };
 
 enum class FileMode {

@@ -5,7 +5,9 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -26,6 +28,25 @@ Status deliver_from(const PlannedTensor& t, const PlanFile& pf, const TensorView
   Status s = copy_shard(dest, t, *r, full.bytes());
   if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(pf.path);
   return d.deliver(t, pf.path, view_of(t, *r));
+}
+
+// A tensor copied into the destination (shards, or a caller's memory) out of
+// the file's mapping, or, where its bytes do not lie contiguously in the file,
+// out of the reader.
+Status copy_from_mapping(const PlannedTensor& t, PlanFile& pf, const std::shared_ptr<RandomAccessFile>& file,
+                         const LoadOptions& o, Destination& dest, Delivery& d) {
+  TensorView full;
+  auto bytes = t.file_offset ? file->view(*t.file_offset, t.full_nbytes)
+                             : Result<std::span<const std::byte>>(Status::Unimplemented(""));
+  if (bytes.ok()) {
+    full = TensorView(t.dtype, t.full_shape, *bytes, file);
+  } else {
+    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
+    auto v = reader->view(t.index);
+    if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
+    full = *v;
+  }
+  return deliver_from(t, pf, full, o, dest, d, /*share=*/false);
 }
 
 // The owner of a tensor handed over as a view of a private file mapping
@@ -98,17 +119,7 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& 
       WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, *r)));
       continue;
     }
-    TensorView full;
-    auto bytes = t.file_offset ? file->view(*t.file_offset, t.full_nbytes) : Result<std::span<const std::byte>>(Status::Unimplemented(""));
-    if (bytes.ok()) {
-      full = TensorView(t.dtype, t.full_shape, *bytes, file);
-    } else {
-      WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
-      auto v = reader->view(t.index);
-      if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
-      full = *v;
-    }
-    WL_RETURN_IF_ERROR(deliver_from(t, pf, full, o, dest, d, /*share=*/false));
+    WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
   }
   return Status();
   }();
@@ -139,17 +150,7 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
         WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/false));
         continue;
       }
-      TensorView full;
-      auto bytes = t.file_offset ? file->view(*t.file_offset, t.full_nbytes) : Result<std::span<const std::byte>>(Status::Unimplemented(""));
-      if (bytes.ok()) {
-        full = TensorView(t.dtype, t.full_shape, *bytes, file);
-      } else {
-        WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
-        auto v = r->view(t.index);
-        if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
-        full = *v;
-      }
-      WL_RETURN_IF_ERROR(deliver_from(t, pf, full, o, dest, d, /*share=*/false));
+      WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
     }
     pf.reader.reset();
     d.file_done();
@@ -182,6 +183,94 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
 }
 
 int default_threads(const LoadOptions& o) { return o.threads > 0 ? o.threads : 8; }
+
+// Cold files under file_views: several threads bring the planned byte ranges
+// into the page cache in large chunks ahead of the hand-over, mapping each
+// chunk in and out of a shared read-only mapping (no copy, no buffer, never
+// in this process's RSS), so the disk sees several reads in flight instead of
+// one readahead stream. At most `window` bytes ahead of what was handed over.
+class Warmer {
+ public:
+  Warmer(const Plan& plan, const LoadOptions& o, const Delivery& d, int threads, uint64_t chunk, uint64_t window)
+      : plan_(plan), o_(o), d_(d), window_(window) {
+    uint64_t pos = 0;
+    for (size_t fi = 0; fi < plan.files.size(); ++fi) {
+      std::vector<std::pair<uint64_t, uint64_t>> ranges;
+      for (size_t ti : plan.files[fi].tensors) {
+        const PlannedTensor& t = plan.tensors[ti];
+        if (t.file_offset && t.full_nbytes) ranges.emplace_back(*t.file_offset, *t.file_offset + t.full_nbytes);
+      }
+      std::sort(ranges.begin(), ranges.end());
+      for (size_t i = 0; i < ranges.size();) {
+        uint64_t a = ranges[i].first, b = ranges[i].second;
+        for (++i; i < ranges.size() && ranges[i].first <= b + (uint64_t{1} << 20); ++i) b = std::max(b, ranges[i].second);
+        for (uint64_t off = a; off < b; off += chunk) {
+          uint64_t n = std::min(chunk, b - off);
+          chunks_.push_back({fi, off, n, pos});
+          pos += n;
+        }
+      }
+    }
+    for (int i = 0; i < threads && !chunks_.empty(); ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~Warmer() {
+    stop_.store(true);
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  struct Chunk {
+    size_t file;
+    uint64_t off, len, pos;
+  };
+  void run() {
+    size_t open_fi = SIZE_MAX;
+    std::shared_ptr<RandomAccessFile> f;
+    while (!stop_.load()) {
+      size_t i = next_.fetch_add(1);
+      if (i >= chunks_.size()) return;
+      const Chunk& c = chunks_[i];
+      while (!stop_.load() && !d_.stopped() && c.pos > d_.bytes() + window_)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      if (stop_.load() || d_.stopped()) return;
+      if (c.file != open_fi) {
+        auto r = open_data(plan_.files[c.file], o_.env, FileMode::kMmap);
+        if (!r.ok()) continue;  // the hand-over reports it
+        f = std::move(*r);
+        open_fi = c.file;
+      }
+      f->advise(c.off, c.len, Advice::kPopulate);
+      // This mapping is the warmer's own: drop every stretch the chunk touched.
+      constexpr uint64_t kHuge = uint64_t{2} << 20;
+      const uint64_t a = c.off & ~(kHuge - 1), b = (c.off + c.len + kHuge - 1) & ~(kHuge - 1);
+      f->advise(a, b - a, Advice::kRelease);
+    }
+  }
+  const Plan& plan_;
+  const LoadOptions& o_;
+  const Delivery& d_;
+  const uint64_t window_;
+  std::vector<Chunk> chunks_;
+  std::atomic<size_t> next_{0};
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+// A warmer when file views are to come out of files mostly not in the page cache.
+std::unique_ptr<Warmer> maybe_warm(const Plan& plan, Strategy s, const LoadOptions& o, const Delivery& d) {
+  if (!o.file_views || o.destination != nullptr || s == Strategy::kStream || s == Strategy::kPrefetch) return nullptr;
+  double hits = 0;
+  int n = 0;
+  for (size_t fi = 0; fi < plan.files.size() && fi < 4; ++fi) {
+    auto f = open_data(plan.files[fi], o.env, FileMode::kPread);
+    if (!f.ok()) continue;
+    double r = (*f)->cached_fraction();
+    if (r >= 0) hits += r, ++n;
+  }
+  if (n == 0 || hits / n >= 0.5) return nullptr;
+  const int threads = std::max(4, o.threads);
+  return std::make_unique<Warmer>(plan, o, d, threads, uint64_t{8} << 20, uint64_t{256} << 20);
+}
 
 }  // namespace
 
@@ -248,6 +337,7 @@ Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, co
   stats.skipped_tensors = plan.skipped;
   Destination& dest = o.destination ? *o.destination : default_destination();
   Delivery d(o, sink, plan);
+  auto warmer = maybe_warm(plan, s, o, d);
   Status st;
   switch (s) {
     case Strategy::kPrefetch: st = run_prefetch(plan, files, o, dest, d, stats); break;
@@ -257,6 +347,7 @@ Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, co
     case Strategy::kThreads: st = run_threads(plan, o, dest, d, stats); break;
     case Strategy::kStream: st = run_stream(plan, o, dest, d, stats); break;
   }
+  warmer.reset();
   if (st.ok()) st = d.status();
   if (!st.ok()) return st;
   stats.tensors = d.tensors();

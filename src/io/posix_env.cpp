@@ -207,8 +207,12 @@ class MmapFile final : public PosixFile {
     if (base_ == nullptr || n == 0) return PosixFile::advise(offset, n, advice);
     const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
     const uint64_t end = std::min<uint64_t>(offset + std::min(n, size_ - std::min(offset, size_)), size_);
-    if (advice == Advice::kRelease) {  // only pages wholly inside the range
-      const uint64_t a = (offset + page - 1) & ~(page - 1), b = end & ~(page - 1);
+    if (advice == Advice::kRelease) {
+      // Only 2 MiB stretches wholly inside the range: the page cache's large
+      // folios are mapped whole (one PMD), and dropping part of one would
+      // split the mapping under the neighbouring tensors still in use.
+      constexpr uint64_t kHuge = uint64_t{2} << 20;
+      const uint64_t a = (offset + kHuge - 1) & ~(kHuge - 1), b = end & ~(kHuge - 1);
       if (a < b) (void)::madvise(base_ + a, b - a, MADV_DONTNEED);
       return;
     }
