@@ -2,6 +2,9 @@
 // released with the last view), Order, and select.
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "engine_test_util.h"
@@ -86,6 +89,42 @@ TEST(EngineViews, ShardsAreStillCopied) {
   float v;
   std::memcpy(&v, got->at("w").data(), 4);
   EXPECT_EQ(v, 1003.0f);
+}
+
+TEST(EngineViews, ColdFilesAreStreamedIntoMemoryInstead) {
+  TempDir dir;
+  SynthOptions so;
+  so.target_bytes = uint64_t{4} << 20;
+  so.min_shards = 2;
+  ASSERT_TRUE(synth_model(dir.path(), so).ok());
+  auto files = *resolve_weight_files(dir.path());
+  LoadOptions plain;
+  plain.strategy = Strategy::kLazy;
+  auto ref = load_all(files, plain);
+  ASSERT_TRUE(ref.ok());
+  for (auto& f : files) {  // out of the page cache
+    int fd = ::open(f.c_str(), O_RDONLY);
+    ASSERT_GE(fd, 0);
+    ::fsync(fd);
+    ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+    ::close(fd);
+  }
+  auto probe = Env::Default()->open(files[0], {.mode = FileMode::kPread});
+  ASSERT_TRUE(probe.ok());
+  if ((*probe)->cached_fraction() >= 0.5) GTEST_SKIP() << "this filesystem keeps the pages (tmpfs?)";
+  LoadOptions o;
+  o.strategy = Strategy::kLazy;
+  o.file_views = true;
+  LoadStats stats;
+  auto got = load_all(files, o, &stats);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(stats.strategy, Strategy::kStream);
+  EXPECT_EQ(*got, *ref);
+  ASSERT_TRUE(load_all(files, plain).ok());  // O_DIRECT left the cache cold: fill it
+  auto hot = load_all(files, o, &stats);     // cached: views again
+  ASSERT_TRUE(hot.ok());
+  EXPECT_EQ(stats.strategy, Strategy::kLazy);
+  EXPECT_EQ(*hot, *ref);
 }
 
 TEST(EngineOrder, OffsetNameAndListedOrders) {

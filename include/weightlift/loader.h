@@ -112,7 +112,11 @@ struct LoadOptions {
   // copy; lazy: tensor by tensor, eager: the whole file first) and dropped
   // from this process when the last view of the tensor dies. No fresh memory
   // is touched. Shards and non-contiguous tensors are copied as before; the
-  // stream strategy always reads into memory.
+  // stream strategy always reads into memory. Files that are mostly not in
+  // the page cache (under half of a sample of their pages) are read by the
+  // stream strategy instead (O_DIRECT when it can, capped at max_memory or
+  // 256 MiB): the tensors then own memory of their own, and may be handed
+  // over out of checkpoint order (LoadedTensor::ordinal tells it).
   bool file_views = false;
 
   // The order in which each file's tensors are handed over (files stay in

@@ -8,6 +8,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -130,9 +131,11 @@ nb::dict stats_dict(const wl::LoadStats& s) {
 // iterator of weightlift.weight_utils consumes one of these.
 class Stream {
  public:
+  // ordered: hand tensors over in checkpoint order (LoadedTensor::ordinal)
+  // even when the engine finishes them out of order (stream, threads).
   Stream(std::vector<std::string> files, const PyLoadOptions& options, uint64_t max_queued_bytes,
-         std::optional<std::vector<std::string>> only, std::optional<std::vector<std::string>> exclude)
-      : opts_(options.o), max_bytes_(std::max<uint64_t>(max_queued_bytes, 1)) {
+         std::optional<std::vector<std::string>> only, std::optional<std::vector<std::string>> exclude, bool ordered)
+      : opts_(options.o), max_bytes_(std::max<uint64_t>(max_queued_bytes, 1)), ordered_(ordered) {
     set_selection(opts_, name_set(only), true);
     set_selection(opts_, name_set(exclude), false);
     opts_.progress = [this](const wl::LoadProgress& p) {
@@ -142,15 +145,18 @@ class Stream {
     };
     worker_ = std::thread([this, files = std::move(files)] {
       auto r = wl::load_files(files, opts_, [this](wl::LoadedTensor&& t) -> wl::Status {
-        std::unique_lock lk(mu_);
-        // Always admit one tensor, however large, so the queue cannot deadlock.
-        can_push_.wait(lk, [&] { return stop_ || queue_.empty() || queued_ + t.view.nbytes() <= max_bytes_; });
-        if (stop_) return wl::Status::Cancelled("stream closed");
-        queued_ += t.view.nbytes();
-        queue_.push_back(std::move(t));
-        can_pop_.notify_one();
+        if (!ordered_) return push(std::move(t));
+        // Out-of-order tensors wait here (the engine's own window bounds them).
+        pending_.emplace(t.ordinal, std::move(t));
+        while (!pending_.empty() && pending_.begin()->first == next_ordinal_) {
+          wl::Status s = push(std::move(pending_.begin()->second));
+          pending_.erase(pending_.begin());
+          ++next_ordinal_;
+          if (!s.ok()) return s;
+        }
         return wl::Status::Ok();
       });
+      pending_.clear();
       std::lock_guard lk(mu_);
       if (!r.ok()) status_ = std::move(r).status();
       else stats_ = *r;
@@ -159,6 +165,17 @@ class Stream {
     });
   }
   ~Stream() { close(); }
+
+  wl::Status push(wl::LoadedTensor&& t) {
+    std::unique_lock lk(mu_);
+    // Always admit one tensor, however large, so the queue cannot deadlock.
+    can_push_.wait(lk, [&] { return stop_ || queue_.empty() || queued_ + t.view.nbytes() <= max_bytes_; });
+    if (stop_) return wl::Status::Cancelled("stream closed");
+    queued_ += t.view.nbytes();
+    queue_.push_back(std::move(t));
+    can_pop_.notify_one();
+    return wl::Status::Ok();
+  }
 
   void close() {
     {
@@ -215,6 +232,9 @@ class Stream {
  private:
   wl::LoadOptions opts_;
   uint64_t max_bytes_;
+  bool ordered_;
+  std::map<uint64_t, wl::LoadedTensor> pending_;  // sink thread only
+  uint64_t next_ordinal_ = 0;
   std::mutex mu_;
   std::condition_variable can_push_, can_pop_;
   std::deque<wl::LoadedTensor> queue_;
@@ -360,9 +380,9 @@ void bind_engine(nb::module_& m) {
 
   nb::class_<Stream>(m, "Stream")
       .def(nb::init<std::vector<std::string>, const PyLoadOptions&, uint64_t, std::optional<std::vector<std::string>>,
-                    std::optional<std::vector<std::string>>>(),
+                    std::optional<std::vector<std::string>>, bool>(),
            "files"_a, "options"_a, "max_queued_bytes"_a = uint64_t{1} << 30, "only"_a.none() = nb::none(),
-           "exclude"_a.none() = nb::none())
+           "exclude"_a.none() = nb::none(), "ordered"_a = false)
       .def("__iter__", [](nb::handle self) { return self; })
       .def("__next__", &Stream::next)
       .def("close", &Stream::close)

@@ -73,7 +73,7 @@ def load_into(path_or_files, params: torch.nn.Module | Mapping[str, torch.Tensor
             stats = _core.load_into(files, _options(strategy=strategy, threads=threads, **engine), items)
     if copied or other:
         with torch.no_grad():
-            for name, w in _engine_iter(files, strategy="lazy", order="offset", file_views=True,
+            for name, w in _engine_iter(files, ordered=False, strategy="lazy", order="offset", file_views=True,
                                         exclude=[n for n, _, _ in direct]):
                 t = targets.get(name)
                 if t is not None:

@@ -92,15 +92,17 @@ def _rank_world() -> tuple[int, int]:
 def _engine_iter(files: list[str], *, desc: str = "", use_tqdm_on_load: bool = False,
                  max_queued_bytes: int = _LOOKAHEAD_BYTES, only: Iterable[str] | None = None,
                  exclude: Iterable[str] | None = None, rename: dict[str, str] | None = None,
-                 **options) -> Generator[tuple[str, torch.Tensor], None, None]:
+                 ordered: bool = True, **options) -> Generator[tuple[str, torch.Tensor], None, None]:
     """Runs one engine load over `files` and yields (name, torch.Tensor) as
     the engine hands them over. `options` are LoadOptions fields (strategy,
     order, file_views, threads, local_expert_ids, ...); `only` / `exclude`
     limit the tensors read; `rename` maps a file to the name to yield for its
-    (single) tensor. A progress bar over files when `desc` and enabled."""
+    (single) tensor; `ordered`: in checkpoint order (files as given, each
+    file's tensors in `order`) even where the engine finishes them out of
+    order, else as they finish. A progress bar over files when `desc` and enabled."""
     files = [os.fspath(f) for f in files]
     stream = _core.Stream(files, _options(**options), max_queued_bytes,
-                          None if only is None else list(only), None if exclude is None else list(exclude))
+                          None if only is None else list(only), None if exclude is None else list(exclude), ordered)
     bar = _tqdm(None, total=len(files), desc=desc, disable=not (desc and enable_tqdm(use_tqdm_on_load)))
     seen: set[str] = set()
     try:
@@ -311,8 +313,8 @@ def multi_thread_safetensors_weights_iterator(
     safetensors' load_file gives them; files may interleave)."""
     _check_workers(max_workers)
     yield from _engine_iter(list(hf_weights_files), desc="Multi-thread loading shards",
-                            use_tqdm_on_load=use_tqdm_on_load, strategy="threads", threads=max_workers,
-                            order="offset", file_views=True)
+                            use_tqdm_on_load=use_tqdm_on_load, ordered=False, strategy="threads",
+                            threads=max_workers, order="offset", file_views=True)
 
 
 def _pt_on_engine(pt_load_map_location) -> bool:
@@ -349,7 +351,8 @@ def multi_thread_pt_weights_iterator(
     desc = "Multi-thread loading pt checkpoint shards"
     if _pt_on_engine(pt_load_map_location):
         yield from _engine_iter(list(hf_weights_files), desc=desc, use_tqdm_on_load=use_tqdm_on_load,
-                                strategy="threads", threads=max_workers, order="listed", file_views=True)
+                                ordered=False, strategy="threads", threads=max_workers, order="listed",
+                                file_views=True)
         return
     for bin_file in _tqdm(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
         yield from torch.load(bin_file, map_location=pt_load_map_location, weights_only=True).items()
@@ -408,7 +411,7 @@ def stream_weights(
         files = [os.fspath(f) for f in path_or_files]
     engine.setdefault("file_views", True)
     yield from _engine_iter(files, desc="Loading safetensors checkpoint shards", use_tqdm_on_load=use_tqdm_on_load,
-                            max_queued_bytes=max_queued_bytes, strategy=strategy,
+                            max_queued_bytes=max_queued_bytes, ordered=False, strategy=strategy,
                             local_expert_ids=local_expert_ids, **engine)
 
 

@@ -184,81 +184,18 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
 
 int default_threads(const LoadOptions& o) { return o.threads > 0 ? o.threads : 8; }
 
-// Cold files under file_views: several threads bring the planned byte ranges
-// into the page cache in large chunks ahead of the hand-over, mapping each
-// chunk in and out of a shared read-only mapping (no copy, no buffer, never
-// in this process's RSS), so the disk sees several reads in flight instead of
-// one readahead stream. At most `window` bytes ahead of what was handed over.
-class Warmer {
- public:
-  Warmer(const Plan& plan, const LoadOptions& o, const Delivery& d, int threads, uint64_t chunk, uint64_t window)
-      : plan_(plan), o_(o), d_(d), window_(window) {
-    uint64_t pos = 0;
-    for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-      std::vector<std::pair<uint64_t, uint64_t>> ranges;
-      for (size_t ti : plan.files[fi].tensors) {
-        const PlannedTensor& t = plan.tensors[ti];
-        if (t.file_offset && t.full_nbytes) ranges.emplace_back(*t.file_offset, *t.file_offset + t.full_nbytes);
-      }
-      std::sort(ranges.begin(), ranges.end());
-      for (size_t i = 0; i < ranges.size();) {
-        uint64_t a = ranges[i].first, b = ranges[i].second;
-        for (++i; i < ranges.size() && ranges[i].first <= b + (uint64_t{1} << 20); ++i) b = std::max(b, ranges[i].second);
-        for (uint64_t off = a; off < b; off += chunk) {
-          uint64_t n = std::min(chunk, b - off);
-          chunks_.push_back({fi, off, n, pos});
-          pos += n;
-        }
-      }
-    }
-    for (int i = 0; i < threads && !chunks_.empty(); ++i) threads_.emplace_back([this] { run(); });
-  }
-  ~Warmer() {
-    stop_.store(true);
-    for (auto& t : threads_) t.join();
-  }
+// The memory cap of the stream that serves file views out of cold files.
+constexpr uint64_t kColdViewsMemory = uint64_t{256} << 20;
 
- private:
-  struct Chunk {
-    size_t file;
-    uint64_t off, len, pos;
-  };
-  void run() {
-    size_t open_fi = SIZE_MAX;
-    std::shared_ptr<RandomAccessFile> f;
-    while (!stop_.load()) {
-      size_t i = next_.fetch_add(1);
-      if (i >= chunks_.size()) return;
-      const Chunk& c = chunks_[i];
-      while (!stop_.load() && !d_.stopped() && c.pos > d_.bytes() + window_)
-        std::this_thread::sleep_for(std::chrono::milliseconds(2));
-      if (stop_.load() || d_.stopped()) return;
-      if (c.file != open_fi) {
-        auto r = open_data(plan_.files[c.file], o_.env, FileMode::kMmap);
-        if (!r.ok()) continue;  // the hand-over reports it
-        f = std::move(*r);
-        open_fi = c.file;
-      }
-      f->advise(c.off, c.len, Advice::kPopulate);
-      // This mapping is the warmer's own: drop every stretch the chunk touched.
-      constexpr uint64_t kHuge = uint64_t{2} << 20;
-      const uint64_t a = c.off & ~(kHuge - 1), b = (c.off + c.len + kHuge - 1) & ~(kHuge - 1);
-      f->advise(a, b - a, Advice::kRelease);
-    }
-  }
-  const Plan& plan_;
-  const LoadOptions& o_;
-  const Delivery& d_;
-  const uint64_t window_;
-  std::vector<Chunk> chunks_;
-  std::atomic<size_t> next_{0};
-  std::atomic<bool> stop_{false};
-  std::vector<std::thread> threads_;
-};
-
-// A warmer when file views are to come out of files mostly not in the page cache.
-std::unique_ptr<Warmer> maybe_warm(const Plan& plan, Strategy s, const LoadOptions& o, const Delivery& d) {
-  if (!o.file_views || o.destination != nullptr || s == Strategy::kStream || s == Strategy::kPrefetch) return nullptr;
+// File views want the files in the page cache. When most of a sample of
+// their pages is not there (and every tensor lies whole in its file), N
+// threads of O_DIRECT reads into memory (the stream strategy) beat filling
+// the cache by faults at one readahead stream's pace.
+bool views_from_cold_files(const Plan& plan, Strategy s, const LoadOptions& o) {
+  if (!o.file_views || o.destination != nullptr) return false;
+  if (s != Strategy::kLazy && s != Strategy::kEager && s != Strategy::kThreads) return false;
+  for (const auto& t : plan.tensors)
+    if (!t.file_offset) return false;
   double hits = 0;
   int n = 0;
   for (size_t fi = 0; fi < plan.files.size() && fi < 4; ++fi) {
@@ -267,9 +204,7 @@ std::unique_ptr<Warmer> maybe_warm(const Plan& plan, Strategy s, const LoadOptio
     double r = (*f)->cached_fraction();
     if (r >= 0) hits += r, ++n;
   }
-  if (n == 0 || hits / n >= 0.5) return nullptr;
-  const int threads = std::max(4, o.threads);
-  return std::make_unique<Warmer>(plan, o, d, threads, uint64_t{8} << 20, uint64_t{256} << 20);
+  return n > 0 && hits / n < 0.5;
 }
 
 }  // namespace
@@ -337,17 +272,21 @@ Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, co
   stats.skipped_tensors = plan.skipped;
   Destination& dest = o.destination ? *o.destination : default_destination();
   Delivery d(o, sink, plan);
-  auto warmer = maybe_warm(plan, s, o, d);
   Status st;
+  LoadOptions stream_opts = o;
+  if (views_from_cold_files(plan, s, o)) {
+    s = stats.strategy = Strategy::kStream;
+    stream_opts.direct = DirectIo::kAuto;
+    if (stream_opts.max_memory == 0) stream_opts.max_memory = kColdViewsMemory;
+  }
   switch (s) {
     case Strategy::kPrefetch: st = run_prefetch(plan, files, o, dest, d, stats); break;
     case Strategy::kAuto:
     case Strategy::kLazy: st = run_lazy(plan, o, dest, d, stats); break;
     case Strategy::kEager: st = run_eager(plan, o, dest, d, stats); break;
     case Strategy::kThreads: st = run_threads(plan, o, dest, d, stats); break;
-    case Strategy::kStream: st = run_stream(plan, o, dest, d, stats); break;
+    case Strategy::kStream: st = run_stream(plan, stream_opts, dest, d, stats); break;
   }
-  warmer.reset();
   if (st.ok()) st = d.status();
   if (!st.ok()) return st;
   stats.tensors = d.tensors();
