@@ -262,6 +262,7 @@ def safetensors_weights_iterator(
         desc += " (eager)"
     sorted_files = _core.natural_sort([os.fspath(f) for f in hf_weights_files])
 
+    prefetch = False
     if safetensors_load_strategy in (None, "prefetch"):
         fs_type = _get_fs_type(sorted_files)
         total = _get_checkpoints_size_bytes(sorted_files)
@@ -275,9 +276,12 @@ def safetensors_weights_iterator(
     if safetensors_load_strategy == "torchao":
         yield from _torchao_iterator(sorted_files, local_expert_ids, desc, use_tqdm_on_load)
         return
+    # While a prefetch fills the page cache, views of it (direct "off": the
+    # engine does not read cold files around the cache instead).
     yield from _engine_iter(sorted_files, desc=desc, use_tqdm_on_load=use_tqdm_on_load,
                             strategy="eager" if safetensors_load_strategy == "eager" else "lazy", order="name",
-                            file_views=True, local_expert_ids=local_expert_ids)
+                            file_views=True, local_expert_ids=local_expert_ids,
+                            direct="off" if prefetch else None)
 
 
 def _torchao_iterator(files, local_expert_ids, desc, use_tqdm_on_load):

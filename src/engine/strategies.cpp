@@ -190,9 +190,10 @@ constexpr uint64_t kColdViewsMemory = uint64_t{256} << 20;
 // File views want the files in the page cache. When most of a sample of
 // their pages is not there (and every tensor lies whole in its file), N
 // threads of O_DIRECT reads into memory (the stream strategy) beat filling
-// the cache by faults at one readahead stream's pace.
+// the cache by faults at one readahead stream's pace. direct == kOff (never
+// bypass the page cache, e.g. while a prefetch fills it) keeps the views.
 bool views_from_cold_files(const Plan& plan, Strategy s, const LoadOptions& o) {
-  if (!o.file_views || o.destination != nullptr) return false;
+  if (!o.file_views || o.destination != nullptr || o.direct == DirectIo::kOff) return false;
   if (s != Strategy::kLazy && s != Strategy::kEager && s != Strategy::kThreads) return false;
   for (const auto& t : plan.tensors)
     if (!t.file_offset) return false;
