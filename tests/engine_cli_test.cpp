@@ -30,6 +30,16 @@ TEST(EngineCli, StrategiesPrintIdenticalChecksums) {
                          "--checksum", "--format", "jsonl", "--no-progress"});
   ASSERT_EQ(direct.exit_code, 0) << direct.err;
   EXPECT_EQ(direct.out, ref.out);
+  // Into buffers allocated and touched before the load (the caller-destination path).
+  for (const char* s : {"lazy", "threads", "stream"}) {
+    auto into = run_cli({"load", dir.path(), "--strategy", s, "--into-preallocated", "--checksum", "--format", "jsonl",
+                         "--no-progress", "--threads", "2"});
+    ASSERT_EQ(into.exit_code, 0) << s << ": " << into.err;
+    EXPECT_EQ(into.out, ref.out) << s;
+  }
+  auto bad = run_cli({"load", dir.path(), "--into-preallocated", "--tp-size", "2", "--shard-rule", "*:0"});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("--into-preallocated loads whole tensors"), std::string::npos) << bad.err;
 }
 
 TEST(EngineCli, ProgressOnlyOnRankZeroAndOffWithFlag) {

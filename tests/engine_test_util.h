@@ -53,7 +53,11 @@ class CountingFile : public RandomAccessFile {
   }
   Result<std::span<const std::byte>> view(uint64_t offset, uint64_t n) const override { return f_->view(offset, n); }
   size_t alignment() const override { return f_->alignment(); }
-  void advise(uint64_t offset, uint64_t n, Advice a) const override { f_->advise(offset, n, a); }
+  // Mapping pages in reads them too (prefetch, file views): counted as a read.
+  void advise(uint64_t offset, uint64_t n, Advice a) const override {
+    if (a == Advice::kPopulate) env_->record({f_->path(), offset, n});
+    f_->advise(offset, n, a);
+  }
   std::string version() const override { return f_->version(); }
   double cached_fraction() const override { return f_->cached_fraction(); }
 

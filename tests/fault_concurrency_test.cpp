@@ -51,7 +51,7 @@ TEST(FaultConcurrency, ManyThreadsReadOneFileInEveryMode) {
           std::string name = fmt::format("t{}", i);
           auto v = (*sf)->get(name);
           auto r = (*sf)->read(name);
-          auto rows = (*sf)->read_rows(name, 10, 20);
+          auto rows = (*sf)->read_slice(name, 0, 10, 20);
           if (!v.ok() || !r.ok() || !rows.ok() || !testing::has_test_bytes(*v, i) ||
               !testing::has_test_bytes(r->view(), i) || rows->nbytes() != 10)
             bad++;

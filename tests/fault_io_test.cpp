@@ -103,7 +103,7 @@ TEST_F(FaultIo, EioAfterSomeReadsFailsLaterTensorsOnly) {
   EXPECT_EQ(r.status().tensor(), "t3");
   auto v = (*f)->get("t4");  // the zero-copy path falls back to a read, which fails too
   EXPECT_EQ(v.status().code(), Code::kIoError);
-  auto rows = (*f)->read_rows("t5", 0, 10);
+  auto rows = (*f)->read_slice("t5", 0, 0, 10);
   EXPECT_EQ(rows.status().code(), Code::kIoError);
   EXPECT_EQ(rows.status().tensor(), "t5");
 }

@@ -82,6 +82,33 @@ TEST(RandomAccessFile, MmapViewsAreZeroCopyAndOthersAreNot) {
   (*m)->advise(0, 6, Advice::kWillNeed);  // hints never fail
 }
 
+TEST(RandomAccessFile, PopulateKeepsAPrivateMappingCopyOnWriteAndReleaseRefaults) {
+  TempDir dir;
+  std::string path = dir.file("f.bin");
+  constexpr size_t kHuge = size_t{2} << 20;
+  std::string data = pattern(3 * kHuge + 100);
+  testing::write_bytes(path, data);
+  for (bool at_open : {true, false}) {
+    auto m = Env::Default()->open(path, {.mode = FileMode::kMmapPrivate, .populate = at_open});
+    ASSERT_TRUE(m.ok());
+    if (!at_open) (*m)->advise(0, data.size(), Advice::kPopulate);
+    auto v = (*m)->view(0, data.size());
+    ASSERT_TRUE(v.ok());
+    EXPECT_EQ(std::string(reinterpret_cast<const char*>(v->data()), data.size()), data);
+    auto* w = const_cast<std::byte*>(v->data());
+    // Writes are this process's only. Releasing [kHuge - 10, 2*kHuge + 10) drops
+    // the one 2 MiB stretch wholly inside it: its write is gone (the file's byte
+    // comes back); a write outside whole stretches stays.
+    w[kHuge + 5] = std::byte{0x7f};
+    w[kHuge - 5] = std::byte{0x11};
+    (*m)->advise(kHuge - 10, kHuge + 20, Advice::kRelease);
+    EXPECT_EQ(static_cast<char>(w[kHuge + 5]), data[kHuge + 5]);
+    EXPECT_EQ(w[kHuge - 5], std::byte{0x11});
+    (*m)->advise(0, 0, Advice::kRelease);  // empty ranges are fine
+  }
+  EXPECT_EQ(testing::read_bytes(path), data);  // nothing reached the file
+}
+
 TEST(RandomAccessFile, ShrinkingAFileGivesAnErrorNotACrash) {
   TempDir dir;
   std::string path = dir.file("f.bin");

@@ -28,6 +28,15 @@ TEST(WeightFiles, NaturalOrder) {
   EXPECT_TRUE(natural_less("x99999999999999999999999", "x100000000000000000000000"));
 }
 
+TEST(WeightFiles, NaturalKeyIsPythonsSplit) {
+  using V = std::vector<std::string>;
+  EXPECT_EQ(natural_key("model-00001-of-00005.safetensors"), (V{"model-", "00001", "-of-", "00005", ".safetensors"}));
+  EXPECT_EQ(natural_key("10.safetensors"), (V{"", "10", ".safetensors"}));
+  EXPECT_EQ(natural_key("m-10"), (V{"m-", "10", ""}));
+  EXPECT_EQ(natural_key("model.safetensors"), (V{"model.safetensors"}));
+  EXPECT_EQ(natural_key(""), (V{""}));
+}
+
 TEST(WeightFiles, SafetensorsFirstThenBinThenPt) {
   TempDir dir;
   write_bytes(dir.file("a.pt"), "x");

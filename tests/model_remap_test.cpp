@@ -119,8 +119,8 @@ TEST(KvScaleRemap, OtherNamesAreUnchanged) {
 }
 
 TEST(KvScaleRemap, DefaultWarningSinkDoesNotCrash) {
-  EXPECT_EQ(maybe_remap_kv_scale_name("a.kv_scale", {}), std::nullopt);
-  EXPECT_EQ(maybe_remap_kv_scale_name("a.kv_scale", {}), std::nullopt);  // printed once
+  EXPECT_EQ(maybe_remap_kv_scale_name("a.kv_scale", ParamNames{}), std::nullopt);
+  EXPECT_EQ(maybe_remap_kv_scale_name("a.kv_scale", ParamNames{}), std::nullopt);  // printed once
 }
 
 TEST(MoeExpertRemap, InsertsRoutedExpertsWhenTheModelHasIt) {

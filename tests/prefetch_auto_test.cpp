@@ -132,7 +132,7 @@ TEST(Prefetch, InvalidOptionsAreErrors) {
   o.threads = 0;
   auto s = prefetch_files({}, o);
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
-  EXPECT_NE(s.message().find("thread count 0"), std::string::npos);
+  EXPECT_NE(s.message().find("num threads must be >= 1 (got 0)"), std::string::npos);
   o.threads = 1;
   o.block_size = 0;
   s = prefetch_files({}, o);

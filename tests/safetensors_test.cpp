@@ -171,7 +171,7 @@ TEST(SafetensorsReader, ValidEdgeCases) {
   EXPECT_EQ(e->nbytes(), 0u);
   EXPECT_EQ((*f)->get("nope").status().code(), Code::kNotFound);
   EXPECT_EQ((*f)->get("nope").status().tensor(), "nope");
-  EXPECT_EQ((*f)->read_rows("s", 0, 1).status().code(), Code::kInvalidArgument);
+  EXPECT_EQ((*f)->read_slice("s", 0, 0, 1).status().code(), Code::kInvalidArgument);
 
   write_bytes(dir.file("empty.safetensors"), st_prefix("{}      "));
   auto empty = SafetensorsFile::open(dir.file("empty.safetensors"));
@@ -260,15 +260,26 @@ TEST(SafetensorsRoundTrip, ReadRowsReadsOnlyThatRange) {
   for (LoadMode mode : {LoadMode::kLazy, LoadMode::kEager}) {
     auto f = SafetensorsFile::open(path, mode);
     ASSERT_TRUE(f.ok());
-    auto r = (*f)->read_rows("m", 2, 5);
+    auto r = (*f)->read_slice("m", 0, 2, 5);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(r->shape(), (Shape{3, 3}));
     auto* q = reinterpret_cast<const int32_t*>(r->bytes().data());
     for (int i = 0; i < 9; ++i) EXPECT_EQ(q[i], 6 + i);
-    auto clamp = (*f)->read_rows("m", 8, 100);  // Python-style clamping
+    auto clamp = (*f)->read_slice("m", 0, 8, 100);  // Python-style clamping
     ASSERT_TRUE(clamp.ok());
     EXPECT_EQ(clamp->shape()[0], 2);
-    EXPECT_EQ((*f)->read_rows("m", 5, 2).status().code(), Code::kInvalidArgument);
+    EXPECT_EQ((*f)->read_slice("m", 0, 5, 2).status().code(), Code::kInvalidArgument);
+    auto cols = (*f)->read_slice("m", 1, 1, 3);  // columns: strided runs, only those bytes
+    ASSERT_TRUE(cols.ok()) << cols.status().to_string();
+    EXPECT_EQ(cols->shape(), (Shape{10, 2}));
+    auto* c = reinterpret_cast<const int32_t*>(cols->bytes().data());
+    for (int r = 0; r < 10; ++r) {
+      EXPECT_EQ(c[2 * r], 3 * r + 1);
+      EXPECT_EQ(c[2 * r + 1], 3 * r + 2);
+    }
+    auto bad_dim = (*f)->read_slice("m", 2, 0, 1);
+    EXPECT_NE(bad_dim.status().message().find("slice dim 2 is out of range"), std::string::npos)
+        << bad_dim.status().to_string();
   }
 }
 

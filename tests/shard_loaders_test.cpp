@@ -105,45 +105,29 @@ TEST(Shard, Layouts) {
   EXPECT_NE(shard_layout(DType::F32, Shape{4}, 0, 0, 0).status().message().find("below 1"), std::string::npos);
 }
 
-ParamRef ref_of(Tensor& t) { return {t.dtype(), t.shape(), t.mutable_bytes()}; }
-
-TEST(WeightLoaders, DefaultChecksShapesAndReshapesScalars) {
-  Tensor src = make_f32({2, 3}, 1);
-  Tensor dst = *Tensor::empty(DType::F32, {2, 3});
-  ASSERT_TRUE(default_weight_loader(ref_of(dst), src.view()).ok());
-  EXPECT_EQ(std::memcmp(dst.bytes().data(), src.bytes().data(), src.nbytes()), 0);
-  Tensor wrong = *Tensor::empty(DType::F32, {3, 2});
-  auto s = default_weight_loader(ref_of(wrong), src.view());
-  EXPECT_NE(s.message().find("attempted to load weight [2, 3] into parameter [3, 2]"), std::string::npos) << s.message();
-  Tensor wrong_dtype = *Tensor::empty(DType::F16, {2, 3});
-  EXPECT_NE(default_weight_loader(ref_of(wrong_dtype), src.view()).message().find("F16"), std::string::npos);
-  Tensor scalar_src = make_f32({1}, 7), scalar_dst = *Tensor::empty(DType::F32, {});
-  ASSERT_TRUE(default_weight_loader(ref_of(scalar_dst), scalar_src.view()).ok());
-  EXPECT_EQ(*reinterpret_cast<const float*>(scalar_dst.bytes().data()), 7000.0f);
-}
-
-TEST(WeightLoaders, RowParallelShardedAndComposed) {
-  Tensor full = make_f32({4, 6}, 0);  // element (r, c) = r*6 + c
-  Tensor rows = *Tensor::empty(DType::F32, {2, 6});
-  ASSERT_TRUE(row_parallel_weight_loader(1)(ref_of(rows), full.view()).ok());
-  EXPECT_EQ(reinterpret_cast<const float*>(rows.bytes().data())[0], 12.0f);
-  Tensor bias = make_f32({6}, 1), bias_dst = *Tensor::empty(DType::F32, {6});
-  ASSERT_TRUE(row_parallel_weight_loader(1)(ref_of(bias_dst), bias.view()).ok());  // 1-D: whole
-  Tensor cols = *Tensor::empty(DType::F32, {4, 3});
-  ASSERT_TRUE(sharded_weight_loader(1, 1)(ref_of(cols), full.view()).ok());
-  const float* c = reinterpret_cast<const float*>(cols.bytes().data());
-  EXPECT_EQ(c[0], 3.0f);
-  EXPECT_EQ(c[3], 9.0f);
-  auto doubled = composed_weight_loader(sharded_weight_loader(1, 0), [](const ParamRef& p) {
-    float* f = reinterpret_cast<float*>(p.bytes.data());
-    for (size_t i = 0; i < p.bytes.size() / 4; ++i) f[i] *= 2;
-    return Status();
-  });
-  ASSERT_TRUE(doubled(ref_of(cols), full.view()).ok());
-  EXPECT_EQ(reinterpret_cast<const float*>(cols.bytes().data())[4], 14.0f);  // (1,1) = 7, doubled
-  auto s = sharded_weight_loader(0, 3)(ref_of(rows), full.view());
-  EXPECT_EQ(s.code(), Code::kOutOfRange);
-  EXPECT_NE(s.message().find("outside dim 0"), std::string::npos) << s.message();
+TEST(Shard, SliceLayoutsAnyDim) {
+  // [4, 6] F32: columns [2, 5) are 4 runs of 12 bytes, 24 apart, from byte 8.
+  auto l = *slice_layout(DType::F32, Shape{4, 6}, 1, 2, 3);
+  EXPECT_EQ(l.shape, (Shape{4, 3}));
+  EXPECT_EQ(l.outer, 4u);
+  EXPECT_EQ(l.run, 12u);
+  EXPECT_EQ(l.stride, 24u);
+  EXPECT_EQ(l.first, 8u);
+  // Rows [1, 3): one run.
+  l = *slice_layout(DType::F32, Shape{4, 6}, -2, 1, 2);
+  EXPECT_EQ(l.outer, 1u);
+  EXPECT_EQ(l.run, 48u);
+  EXPECT_EQ(l.first, 24u);
+  // The shard layout is the slice [r*S, (r+1)*S).
+  auto s = *shard_layout(DType::F32, Shape{4, 6}, 1, 1, 2);
+  auto t = *slice_layout(DType::F32, Shape{4, 6}, 1, 3, 3);
+  EXPECT_EQ(s.first, t.first);
+  EXPECT_EQ(s.run, t.run);
+  EXPECT_EQ(s.shape, t.shape);
+  auto bad = slice_layout(DType::F32, Shape{4, 6}, 1, 4, 3);
+  EXPECT_NE(bad.status().message().find("slice [4, 7) is outside dim 1 of shape [4, 6]"), std::string::npos)
+      << bad.status().message();
+  EXPECT_NE(slice_layout(DType::F32, Shape{4}, 2, 0, 1).status().message().find("out of range"), std::string::npos);
 }
 
 }  // namespace

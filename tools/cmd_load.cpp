@@ -1,6 +1,6 @@
 // weightlift load PATH... [--strategy S] [--checksum] [--format table|jsonl]
 //   [--threads N] [--block-size BYTES] [--tp-rank R --tp-size W] [--shard-rule PATTERN:DIM ...]
-//   [--experts IDS] [--max-memory BYTES] [--direct auto|on|off] [--no-progress]
+//   [--experts IDS] [--max-memory BYTES] [--direct auto|on|off] [--no-progress] [--into-preallocated]
 //   [--device cpu|pinned|cuda[:N]] [--gds auto|on|off]
 //   [--distributed [--dist-timeout SECONDS]]   (under mpirun: read once in total, exchange over MPI)
 // With a device, tensors land in pinned or CUDA memory (weightlift/gpu.h);
@@ -8,13 +8,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
+#include <unordered_map>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "weightlift/checkpoint.h"
+#include "weightlift/destination.h"
 #include "weightlift/dummy.h"
 #include "weightlift/expert_filter.h"
 #include "weightlift/gpu.h"
@@ -51,7 +54,34 @@ struct LoadArgs {
   std::string gds = "auto";
   bool distributed = false;
   double dist_timeout = 600;
+  bool preallocated = false;
 };
+
+// --into-preallocated: one host buffer per tensor allocated and touched
+// before the load (as a framework's parameters are), then the engine reads
+// into them (a caller destination): the load-into-destinations path.
+struct Preallocated {
+  std::unordered_map<std::string, Buffer> buffers;
+  std::unique_ptr<Destination> dest;
+};
+Result<std::unique_ptr<Preallocated>> preallocate(const std::vector<std::string>& files) {
+  auto p = std::make_unique<Preallocated>();
+  for (const auto& f : files) {
+    WL_ASSIGN_OR_RETURN(auto ck, open_checkpoint(f));
+    for (const auto& t : ck->tensors()) {
+      auto b = Buffer::allocate(static_cast<size_t>(t.nbytes));
+      if (!b.ok()) return std::move(b).status().with_tensor(t.name).with_file(f);
+      if (t.nbytes) std::memset(b->data(), 0, b->size());
+      p->buffers[t.name] = std::move(*b);
+    }
+  }
+  p->dest = caller_destination([m = p.get()](const TensorRequest& r) -> Result<Region> {
+    auto it = m->buffers.find(r.name);
+    if (it == m->buffers.end()) return Status::Internal("no preallocated buffer").with_tensor(r.name);
+    return Region{it->second.data(), it->second.size(), kCpu, nullptr};
+  });
+  return p;
+}
 
 // --dummy: every tensor allocated and filled with reproducible random values
 // (weightlift/dummy.h); only the headers are read, never the tensors' bytes.
@@ -161,6 +191,15 @@ int run_load(const LoadArgs& a) {
   }
   if (!resolved.ok()) return fail(resolved.status());
   const std::vector<std::string>& files = *resolved;
+  std::unique_ptr<Preallocated> pre;
+  if (a.preallocated) {
+    if (a.tp_size > 1 || !a.shard_rules.empty() || a.dummy)
+      return usage_error("--into-preallocated loads whole tensors (no --tp-size, --shard-rule or --dummy)");
+    auto p = preallocate(files);
+    if (!p.ok()) return fail(p.status());
+    pre = std::move(*p);
+    opt.destination = pre->dest.get();
+  }
   bool downloading = false;
   for (auto& s : sources) downloading |= !s->pending().empty();
   if (downloading && opt.strategy == Strategy::kAuto) opt.strategy = Strategy::kStream;  // parallel readers
@@ -256,6 +295,8 @@ RunFn setup_load(CLI::App& sub) {
                "(with --shard-rule each keeps its own shard)");
   sub.add_option("--dist-timeout", a->dist_timeout,
                  "--distributed: seconds to wait for the other ranks before aborting the job (default 600)");
+  sub.add_flag("--into-preallocated", a->preallocated,
+               "read into one buffer per tensor allocated and touched before the load (as a model's parameters)");
   return [a] { return run_load(*a); };
 }
 

@@ -41,14 +41,7 @@ int run_quant_config(const QuantConfigArgs& a) {
   rq.download_dir = a.download_dir;
   // Remote models: the Hub client fetches the *.json files (cache = --download-dir).
   rq.download = [](const std::string& repo, const std::string& revision, const std::string& pattern,
-                   const std::string& dir) -> Result<std::string> {
-    SnapshotOptions s;
-    if (!revision.empty()) s.revision = revision;
-    s.allow_patterns = {pattern};
-    HubOptions o;
-    o.cache_dir = dir;
-    return snapshot_download(repo, s, o);
-  };
+                   const std::string& dir) { return download_config_files(repo, revision, pattern, dir); };
   auto parse = [](const std::string& text, const char* flag, nlohmann::json* out) -> bool {
     try {
       *out = nlohmann::json::parse(text);

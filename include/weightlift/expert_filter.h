@@ -19,6 +19,9 @@ namespace wl {
 std::optional<int64_t> parse_expert_id(std::string_view name);
 
 enum class ExpertPlacement { kLinear, kRoundRobin };
+// "linear" or "round_robin"; anything else is kInvalidArgument
+// "Unknown expert placement strategy: <text>".
+Result<ExpertPlacement> parse_expert_placement(std::string_view text);
 
 // The experts rank `ep_rank` of `ep_size` holds: linear gives contiguous,
 // balanced blocks (the first num%size ranks get one more), round-robin gives

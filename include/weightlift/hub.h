@@ -120,6 +120,14 @@ Result<std::string> hf_hub_download(const std::string& repo_id, const std::strin
                                     const std::string& revision = "main", const HubOptions& o = {},
                                     const std::string& subfolder = "");
 
+// The download get_quant_config / get_sparse_attention_config (quant_config.h
+// JsonDownloader) inject for remote models: snapshot_download of the files
+// matching `pattern` at `revision` ("" = main) into `cache_dir` ("" = the
+// Hub's default); `o` supplies everything else (offline, endpoint, log).
+Result<std::string> download_config_files(const std::string& repo_id, const std::string& revision,
+                                          const std::string& pattern, const std::string& cache_dir,
+                                          HubOptions o = {});
+
 // ---- vLLM's logic on top -----------------------------------------------------
 
 // A cross-process, cross-user lock per model (vLLM's get_lock): flock on

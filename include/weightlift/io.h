@@ -35,7 +35,15 @@
 
 namespace wl {
 
-enum class Advice { kNormal, kSequential, kRandom, kWillNeed, kDontNeed };
+// kPopulate: map the range's pages into this process now, reading them in
+// first when they are not cached (MADV_POPULATE_READ on a mapping: no page is
+// copied, a private mapping stays copy-on-write; WILLNEED otherwise).
+// kRelease: drop this process's mapping of the 2 MiB-aligned stretches lying
+// wholly inside the range (MADV_DONTNEED on the mapping only, never splitting
+// a huge mapping; the page cache keeps the pages; a private mapping's written
+// pages are discarded). Only for ranges nothing refers to any more; a no-op
+// for files that are not mapped.
+enum class Advice { kNormal, kSequential, kRandom, kWillNeed, kDontNeed, kPopulate, kRelease };
 
 enum class FileMode {
   kMmap,         // mapped read-only and shared; view() returns zero-copy spans
@@ -48,7 +56,7 @@ enum class FileMode {
 
 struct OpenOptions {
   FileMode mode = FileMode::kMmap;
-  bool populate = false;  // kMmap*: pre-fault the mapping (MAP_POPULATE)
+  bool populate = false;  // kMmap*: pre-fault the mapping (read faults only: a private mapping stays copy-on-write)
   // Non-empty: open() fails with kAborted ("changed since it was planned")
   // unless the file's version() equals this.
   std::string expect_version;

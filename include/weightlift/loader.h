@@ -36,6 +36,7 @@
 #include <set>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "weightlift/collective.h"
@@ -109,6 +110,32 @@ struct LoadOptions {
   // ...) whatever the strategy: a tensor finished early waits until its
   // predecessors are handed over (outside the max_memory accounting).
   bool ordered = false;
+
+  // With destination == nullptr, lazy / eager / prefetch / auto / threads:
+  // every tensor stored whole and contiguously in its file is handed over as
+  // a zero-copy view of a private copy-on-write mapping of the file (writable;
+  // a write copies the page for this process and never reaches the file),
+  // its pages mapped in by the engine before the hand-over (read faults, no
+  // copy; lazy: tensor by tensor, eager: the whole file first) and dropped
+  // from this process when the last view of the tensor dies. No fresh memory
+  // is touched. Shards and non-contiguous tensors are copied as before; the
+  // stream strategy always reads into memory. Files that are mostly not in
+  // the page cache (under half of a sample of their pages) are read by the
+  // stream strategy instead (O_DIRECT when it can, capped at max_memory or
+  // 256 MiB): the tensors then own memory of their own, and may be handed
+  // over out of checkpoint order (LoadedTensor::ordinal tells it).
+  bool file_views = false;
+
+  // The order in which each file's tensors are handed over (files stay in
+  // the given order for lazy / eager / prefetch / auto):
+  //   kOffset  storage (offset) order: one sequential pass
+  //   kName    names sorted, as safetensors' safe_open().keys()
+  //   kListed  the file's own listing order (a PyTorch file's pickle order)
+  enum class Order { kOffset, kName, kListed };
+  Order order = Order::kOffset;
+
+  // When set, only tensors it accepts are planned (the others are never read).
+  std::function<bool(std::string_view name)> select;
 
   // Distributed loading (not owned): the ranks of `collective` read the
   // checkpoint once in total and exchange over it (docs/distributed.md).

@@ -32,7 +32,13 @@ struct AutoDecision {
   uint64_t checkpoint_bytes = 0;
   uint64_t available_bytes = 0;
   std::string reason;  // one line for the log
+  bool warn = false;   // the line is a warning (a network filesystem too small a RAM, or prefetch forced past 90%)
 };
+// The policy over the facts: prefetch when `fstype` is a network filesystem
+// and the checkpoint fits in 90% of the available RAM. `requested` (an
+// explicit "prefetch") always prefetches, warning when it does not fit.
+AutoDecision decide_prefetch(std::string fstype, uint64_t checkpoint_bytes, uint64_t available_bytes,
+                             bool requested = false);
 // The `auto` policy over the first file's filesystem (a URL's scheme names
 // its "filesystem"; object stores are not prefetched into the page cache).
 Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env = Env::Default(),

@@ -15,6 +15,14 @@ namespace wl {
 // The model's parameter names (vLLM's params_dict keys).
 using ParamNames = std::unordered_set<std::string>;
 
+// The same names seen through two questions (for callers whose names live
+// elsewhere, e.g. a Python dict, so that nothing is copied per call).
+struct ParamLookup {
+  std::function<bool(const std::string& name)> contains;
+  std::function<bool(std::string_view text)> any_contains;  // some name contains `text`
+  static ParamLookup of(const ParamNames& names);
+};
+
 // Receives a warning text. The default (empty function) prints
 // "weightlift: warning: <text>" to stderr once per distinct text, as vLLM's
 // logger.warning_once does.
@@ -36,12 +44,15 @@ using WarnFn = std::function<void(const std::string&)>;
 //  - anything else is returned unchanged.
 std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, const ParamNames& params,
                                                      const WarnFn& warn = {});
+std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, const ParamLookup& params,
+                                                     const WarnFn& warn = {});
 
 // Inserts "routed_experts." after the first ".experts." of an expert
 // parameter name (w13_/w2_ weight, weight_scale, input_scale, bias, scale,
 // g_idx, qweight, qzeros, weight_shape) when the model has that name;
 // otherwise returns the name unchanged.
 std::string maybe_remap_moe_expert_param_name(std::string_view name, const ParamNames& params);
+std::string maybe_remap_moe_expert_param_name(std::string_view name, const ParamLookup& params);
 
 // The stream version: calls fn(remapped_name, weight) for each (name, weight)
 // of `weights` in order, lazily (nothing is buffered). Any range of pairs

@@ -86,9 +86,11 @@ class SafetensorsFile {
   Result<TensorView> get(std::string_view name) const;
   // An owned copy (pread straight into a fresh buffer; never a view).
   Result<Tensor> read(std::string_view name) const;
-  // Rows [begin, end) along dim 0, reading only those bytes. 0-dim tensors
-  // have no rows (kInvalidArgument); end is clamped to the row count, as Python slicing does.
-  Result<Tensor> read_rows(std::string_view name, int64_t begin, int64_t end) const;
+  // [begin, end) along `dim` (negative counts from the end), reading only
+  // those bytes (one range for dim 0, coalesced runs for the others; the
+  // layout is shard.h's slice_layout). 0-dim tensors cannot be sliced
+  // (kInvalidArgument); begin and end are clamped to the dim, as Python slicing does.
+  Result<Tensor> read_slice(std::string_view name, int dim, int64_t begin, int64_t end) const;
 
  private:
   SafetensorsFile() = default;

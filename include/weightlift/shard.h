@@ -1,5 +1,5 @@
-// weightlift/shard.h: tensor-parallel selective reads and the reference's
-// weight loaders over plain destination buffers.
+// weightlift/shard.h: tensor-parallel selective reads: which bytes of a
+// tensor one rank (or one slice) needs.
 //
 // A shard rule says which tensors split along which dim ("*.q_proj.weight:0").
 // For a split tensor, rank r of W keeps the slice [r*S, (r+1)*S) of that dim,
@@ -46,28 +46,12 @@ struct ShardLayout {
 };
 // kInvalidArgument when dim is out of range, world < 1, rank outside [0, world),
 // the dim does not divide by world, or the dtype is narrower than a byte.
+// This is the one home of "rank r of W takes [r*S, (r+1)*S) of a dim": the
+// loader's shard rules and safe_open's slices both come here.
 Result<ShardLayout> shard_layout(DType dtype, std::span<const int64_t> shape, int dim, int64_t rank, int64_t world);
-
-// A copy of `src` narrowed to [start, start+length) along `dim` (torch's narrow + contiguous).
-Result<Tensor> narrow_copy(const TensorView& src, int dim, int64_t start, int64_t length);
-
-// A caller-owned destination ("param" in the reference).
-struct ParamRef {
-  DType dtype = DType::U8;
-  Shape shape;
-  std::span<std::byte> bytes;  // C-contiguous, exactly the shape's size
-};
-
-using WeightLoader = std::function<Status(const ParamRef& param, const TensorView& loaded)>;
-
-// Copies `loaded` into `param`: dtypes and shapes must match, except that a
-// one-element param takes any one-element tensor (scalars reshape).
-Status default_weight_loader(const ParamRef& param, const TensorView& loaded);
-// Narrows dim 0 by rank to the param's size (1-D params are copied whole).
-WeightLoader row_parallel_weight_loader(int64_t tp_rank);
-// Narrows `axis` by rank to the param's size.
-WeightLoader sharded_weight_loader(int axis, int64_t tp_rank);
-// Runs `loader`, then `fn` over the param to post-process it in place.
-WeightLoader composed_weight_loader(WeightLoader loader, std::function<Status(const ParamRef&)> fn);
+// The bytes of [start, start+length) along `dim` (any dim; the runs as above).
+// kInvalidArgument for a dim out of range, a range outside the dim, or a
+// dtype narrower than a byte.
+Result<ShardLayout> slice_layout(DType dtype, std::span<const int64_t> shape, int dim, int64_t start, int64_t length);
 
 }  // namespace wl

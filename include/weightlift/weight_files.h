@@ -16,6 +16,10 @@ inline constexpr std::string_view kSafetensorsIndexName = "model.safetensors.ind
 // Natural order of base names: "model-2-of-10" before "model-10-of-10".
 bool natural_less(std::string_view a, std::string_view b);
 void natural_sort(std::vector<std::string>& paths);  // by base name
+// The runs natural_less compares: `name` split into non-digit and digit runs,
+// always starting and ending with a (possibly empty) non-digit run, as
+// Python's re.split(r"(\d+)", name) gives ("10.st" -> "", "10", ".st").
+std::vector<std::string> natural_key(std::string_view name);
 
 // Keeps only the files that the index's weight_map names (a consolidated file
 // beside shards is dropped). No index in `folder`: the list is unchanged.

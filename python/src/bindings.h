@@ -101,4 +101,7 @@ inline bool is_gpu_option(const std::string& key) { return key == "device" || ke
 
 void bind_gpu(nb::module_& m);
 
+// ---- each component's bindings (python/src/bind_<component>.cpp) ------------------
+void bind_engine(nb::module_& m);  // load options, the background load, load_into, policies
+
 }  // namespace wlpy

@@ -10,17 +10,12 @@
 //
 // GIL: every call that reads files releases it.
 
-#include <atomic>
-#include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -39,12 +34,6 @@
 #include "weightlift/io.h"
 #include "weightlift/loader.h"
 #include "weightlift/safetensors.h"
-#if __has_include("weightlift/shard.h")
-#include "weightlift/shard.h"
-#endif
-#if __has_include("weightlift/expert_filter.h")
-#include "weightlift/expert_filter.h"
-#endif
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
@@ -113,12 +102,12 @@ class PySafetensorsFile {
     return tensor_tuple(v);
   }
 
-  // Rows [begin, end) along dim 0, an owned copy reading only those bytes.
-  nb::tuple read_rows(const std::string& name, int64_t begin, int64_t end) const {
+  // [begin, end) along `dim`, an owned copy reading only those bytes.
+  nb::tuple read_slice(const std::string& name, int dim, int64_t begin, int64_t end) const {
     wl::Tensor t;
     {
       nb::gil_scoped_release nogil;
-      t = unwrap(file_->read_rows(name, begin, end));
+      t = unwrap(file_->read_slice(name, dim, begin, end));
     }
     return tensor_tuple(t.view());
   }
@@ -171,165 +160,6 @@ class PyCheckpoint {
   std::shared_ptr<wl::RandomAccessFile> cow_;  // copy-on-write mapping of the file
 };
 
-// ---- the streaming loader ---------------------------------------------------------
-//
-// wl::load_files() runs on a background thread and hands each finished tensor
-// to a bounded queue; __next__ pops it (GIL released while waiting). Closing
-// or dropping the stream cancels the load and joins the thread.
-
-class Stream {
- public:
-  Stream(std::vector<std::string> files, const std::string& strategy, uint64_t max_queued_bytes, const nb::dict& engine)
-      : max_bytes_(std::max<uint64_t>(max_queued_bytes, 1)) {
-    auto s = wl::strategy_from_name(strategy);
-    if (!s) raise(wl::Status::InvalidArgument("unknown strategy '" + strategy + "'"));
-    opts_.strategy = *s;
-    configure(engine);
-    opts_.progress = [this](const wl::LoadProgress& p) {
-      std::lock_guard lk(mu_);
-      progress_ = p;
-      return !stop_;
-    };
-    worker_ = std::thread([this, files = std::move(files)] {
-      auto r = wl::load_files(files, opts_, [this](wl::LoadedTensor&& t) -> wl::Status {
-        std::unique_lock lk(mu_);
-        // Always admit one tensor, however large, so the queue cannot deadlock.
-        can_push_.wait(lk, [&] { return stop_ || queue_.empty() || queued_ + t.view.nbytes() <= max_bytes_; });
-        if (stop_) return wl::Status::Cancelled("stream closed");
-        queued_ += t.view.nbytes();
-        queue_.push_back(std::move(t));
-        can_pop_.notify_one();
-        return wl::Status::Ok();
-      });
-      std::lock_guard lk(mu_);
-      if (!r.ok()) status_ = std::move(r).status();
-      else stats_ = *r;
-      done_ = true;
-      can_pop_.notify_all();
-    });
-  }
-  ~Stream() { close(); }
-
-  // The engine's options, by name (Python's keyword arguments); an option
-  // this build's engine does not have is a ValueError naming it.
-  void configure(const nb::dict& engine) {
-    dest_ = gpu_destination_option(engine, opts_);
-    for (auto [k, v] : engine) {
-      std::string key = nb::cast<std::string>(k);
-      if (is_gpu_option(key)) continue;
-      if (key == "ordered") { opts_.ordered = nb::cast<bool>(v); continue; }
-#if __has_include("weightlift/shard.h")  // the engine with parallel strategies, TP and EP
-      if (key == "threads") { opts_.threads = nb::cast<int>(v); continue; }
-      if (key == "block_size") { opts_.block_size = nb::cast<uint64_t>(v); continue; }
-      if (key == "rank") { opts_.rank = nb::cast<int>(v); continue; }
-      if (key == "world_size") { opts_.world_size = nb::cast<int>(v); continue; }
-      if (key == "tp_rank") { opts_.tp_rank = nb::cast<int64_t>(v); continue; }
-      if (key == "tp_size") { opts_.tp_size = nb::cast<int64_t>(v); continue; }
-      if (key == "max_memory") { opts_.max_memory = nb::cast<uint64_t>(v); continue; }
-      if (key == "shard_rules") {
-        for (auto rule : nb::cast<std::vector<std::string>>(v)) opts_.shard_rules.push_back(unwrap(wl::parse_shard_rule(rule)));
-        continue;
-      }
-      if (key == "local_expert_ids") {
-        if (!v.is_none()) {
-          std::set<int64_t> ids;
-          for (auto id : nb::cast<std::vector<int64_t>>(v)) ids.insert(id);
-          opts_.local_experts = std::move(ids);
-        }
-        continue;
-      }
-      if (key == "collective") {  // a weightlift._core.Collective (bind_dist.cpp): distributed loading
-        if (!v.is_none()) {
-          opts_.collective = collective_from(v);
-          collective_ = nb::borrow(v);
-        }
-        continue;
-      }
-      if (key == "direct") {
-        std::string d = nb::cast<std::string>(v);
-        if (d == "auto") opts_.direct = wl::DirectIo::kAuto;
-        else if (d == "on") opts_.direct = wl::DirectIo::kOn;
-        else if (d == "off") opts_.direct = wl::DirectIo::kOff;
-        else raise(wl::Status::InvalidArgument("direct must be auto, on or off, not '" + d + "'"));
-        continue;
-      }
-#endif
-      if (key == "local_expert_ids" && v.is_none()) continue;
-      raise(wl::Status::InvalidArgument("this build's loader has no option '" + key + "'"));
-    }
-  }
-
-  void close() {
-    {
-      std::lock_guard lk(mu_);
-      stop_ = true;
-      can_push_.notify_all();
-    }
-    if (worker_.joinable()) {
-      nb::gil_scoped_release nogil;
-      worker_.join();
-    }
-  }
-
-  // (name, file, dtype, shape, bytes); raises StopIteration at the end.
-  nb::tuple next() {
-    std::optional<wl::LoadedTensor> t;
-    {
-      nb::gil_scoped_release nogil;
-      std::unique_lock lk(mu_);
-      can_pop_.wait(lk, [&] { return !queue_.empty() || done_; });
-      if (!queue_.empty()) {
-        t = std::move(queue_.front());
-        queue_.pop_front();
-        queued_ -= t->view.nbytes();
-        can_push_.notify_all();
-      }
-    }
-    if (!t) {
-      std::unique_lock lk(mu_);
-      if (!status_.ok() && !(stop_ && status_.code() == wl::Code::kCancelled)) {
-        wl::Status s = std::move(status_);
-        status_ = wl::Status();
-        lk.unlock();
-        raise(std::move(s));
-      }
-      throw nb::stop_iteration();
-    }
-    return nb::make_tuple(t->name, t->file, std::string(wl::dtype_name(t->view.dtype())), nb::cast(t->view.shape()),
-                          bytes_array(t->view.bytes(), t->view.owner(), t->view.device()));
-  }
-
-  nb::dict progress() {
-    std::lock_guard lk(mu_);
-    nb::dict d;
-    d["bytes_done"] = progress_.bytes_done;
-    d["bytes_total"] = progress_.bytes_total;
-    d["tensors_done"] = progress_.tensors_done;
-    d["tensors_total"] = progress_.tensors_total;
-    d["files_done"] = progress_.files_done;
-    d["files_total"] = progress_.files_total;
-    d["seconds"] = stats_.seconds;
-    d["bytes_read"] = stats_.bytes_read;
-    d["bytes_exchanged"] = stats_.bytes_exchanged;
-    return d;
-  }
-
- private:
-  wl::LoadOptions opts_;
-  std::shared_ptr<void> dest_;  // opts_.destination's owner (device loads)
-  nb::object collective_;  // keeps opts_.collective alive
-  uint64_t max_bytes_;
-  std::mutex mu_;
-  std::condition_variable can_push_, can_pop_;
-  std::deque<wl::LoadedTensor> queue_;
-  uint64_t queued_ = 0;
-  bool stop_ = false, done_ = false;
-  wl::Status status_;
-  wl::LoadStats stats_;
-  wl::LoadProgress progress_;
-  std::thread worker_;
-};
-
 }  // namespace wlpy
 
 using namespace wlpy;
@@ -361,7 +191,7 @@ NB_MODULE(_core, m) {
       .def("tensors", &PySafetensorsFile::tensors)
       .def("info", &PySafetensorsFile::info, "name"_a)
       .def("get", &PySafetensorsFile::get, "name"_a)
-      .def("read_rows", &PySafetensorsFile::read_rows, "name"_a, "begin"_a, "end"_a);
+      .def("read_slice", &PySafetensorsFile::read_slice, "name"_a, "dim"_a, "begin"_a, "end"_a);
 
   nb::class_<PyCheckpoint>(m, "Checkpoint")
       .def(nb::init<const std::string&>(), "path"_a)
@@ -369,14 +199,6 @@ NB_MODULE(_core, m) {
       .def_prop_ro("format", &PyCheckpoint::format)
       .def("tensors", &PyCheckpoint::tensors)
       .def("get", &PyCheckpoint::get, "index"_a);
-
-  nb::class_<Stream>(m, "Stream")
-      .def(nb::init<std::vector<std::string>, const std::string&, uint64_t, const nb::dict&>(), "files"_a,
-           "strategy"_a = "lazy", "max_queued_bytes"_a = uint64_t{1} << 30, "engine"_a = nb::dict())
-      .def("__iter__", [](nb::handle self) { return self; })
-      .def("__next__", &Stream::next)
-      .def("close", &Stream::close)
-      .def("progress", &Stream::progress);
 
   m.def(
       "filter_duplicate_safetensors_files",
@@ -434,19 +256,6 @@ NB_MODULE(_core, m) {
       },
       "files"_a, "hf_folder"_a, "lock_path"_a);
 
-#if __has_include("weightlift/expert_filter.h")
-  // The engine's expert filter (the Python one in weightlift.ep_weight_filter
-  // must agree with it; tests/python checks both on the same names).
-  m.def("parse_expert_id", [](const std::string& name) { return wl::parse_expert_id(name); }, "name"_a);
-  m.def(
-      "should_skip_weight",
-      [](const std::string& name, std::optional<std::vector<int64_t>> ids) {
-        std::optional<std::set<int64_t>> local;
-        if (ids) local = std::set<int64_t>(ids->begin(), ids->end());
-        return wl::should_skip_weight(name, local);
-      },
-      "name"_a, "local_expert_ids"_a.none());
-#endif
 
   // write_safetensors(path, [(name, dtype, shape, bytes)], metadata): atomic.
   m.def(
@@ -471,5 +280,6 @@ NB_MODULE(_core, m) {
   bind_hub(m);
   bind_gpu(m);
   bind_dist(m);
+  bind_engine(m);
 
 }

@@ -3,6 +3,7 @@
     from weightlift import safetensors_weights_iterator   # vLLM's names and arguments
     from weightlift import safe_open, load_file, save_file  # safetensors' names and arguments
     from weightlift import stream_weights                   # our streaming iterator
+    from weightlift import load_into                        # straight into your tensors
 
 Errors: FileNotFoundError (missing file or tensor file), ValueError (bad
 argument; CorruptDataError, a ValueError, for a file that violates its
@@ -18,6 +19,8 @@ from .weight_utils import (  # noqa: F401
     convert_bin_to_safetensor_file,
     convert_pyslice_to_tensor,
     default_weight_loader,
+    get_quant_config,
+    get_sparse_attention_config,
     download_safetensors_index_file_from_hf,
     download_weights_from_hf,
     enable_tqdm,
@@ -48,5 +51,6 @@ from ._hub import (  # noqa: F401  (download_weights_from_hf: the reference's, p
 )
 from ._gpu import fastsafetensors_weights_iterator, instanttensor_weights_iterator  # noqa: F401
 from ._distributed import load_distributed  # noqa: F401
+from .load_into import load_into  # noqa: F401
 
 __version__ = "0.1.0"

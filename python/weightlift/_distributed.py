@@ -37,6 +37,7 @@ from typing import Generator, Iterable
 import torch
 
 from . import _core
+from ._engine import open_stream
 from ._tensors import to_torch
 
 __all__ = [
@@ -162,6 +163,12 @@ def nccl_collective(comm: int, stream: int = 0, device: int | None = None, timeo
     return _core.nccl_collective(int(comm), int(stream), int(device), float(timeout_s))
 
 
+def collective_for_group(group=None):
+    """The engine's Collective for a torch.distributed process group (None:
+    a world of one). Pass it as the `collective` engine option."""
+    return _core.python_collective(TorchCollective(group) if group is not None else SoloCollective())
+
+
 def _files_of(path_or_files) -> list[str]:
     if isinstance(path_or_files, (str, os.PathLike)):
         files, _fmt = _core.find_weight_files(os.fspath(path_or_files))
@@ -196,15 +203,13 @@ def load_distributed(
     the engine's figures (bytes_read: bytes this rank read from storage)."""
     files = _files_of(path_or_files)
     if collective is None:
-        g = group if group is not None else default_group()
-        collective = _core.python_collective(TorchCollective(g) if g is not None else SoloCollective())
+        collective = collective_for_group(group if group is not None else default_group())
     opts = dict(engine)
-    opts["collective"] = collective
     if shard_rules:
         opts["shard_rules"] = list(shard_rules)
     if local_expert_ids is not None:
         opts["local_expert_ids"] = sorted(int(i) for i in local_expert_ids)
-    stream = _core.Stream(files, "stream", max_queued_bytes, opts)
+    stream = open_stream(files, max_queued_bytes=max_queued_bytes, strategy="stream", collective=collective, **opts)
     try:
         for name, file, dtype, shape, data in stream:
             yield name, to_torch(dtype, shape, data, name, file, raw_dtypes)

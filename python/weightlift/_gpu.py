@@ -21,6 +21,7 @@ from typing import Any
 import torch
 
 from . import _core
+from ._engine import open_stream
 from ._tensors import to_torch
 
 logger = logging.getLogger("weightlift")
@@ -113,7 +114,9 @@ def _collective_options(pg) -> dict:
     rank reads (an engine without it raises ValueError naming the option)."""
     if _group_size(pg) <= 1:
         return {}
-    return {"process_group": pg}
+    from ._distributed import collective_for_group
+
+    return {"collective": collective_for_group(pg)}
 
 
 # ---- the device stream ------------------------------------------------------------------------
@@ -126,10 +129,10 @@ def _natural(files: Iterable[str]) -> list[str]:
 def _device_stream(files: list[str], device: str, gds: str, pg, desc: str, use_tqdm_on_load: bool,
                    per_tensor_bar: bool = False) -> Generator[tuple[str, torch.Tensor], None, None]:
     """(name, tensor) of `files` on `device`, in checkpoint order."""
-    opts = {"device": device, "gds": gds, "ordered": True, **_collective_options(pg)}
     # Device memory is taken for the whole load up front (one allocation), so
     # queued tensors cost no host memory: no need to bound the queue by bytes.
-    stream = _core.Stream(files, "stream", 1 << 62, opts)
+    stream = open_stream(files, max_queued_bytes=1 << 62, ordered=True, strategy="stream", device=device, gds=gds,
+                         **_collective_options(pg))
     enabled = _enable_tqdm(use_tqdm_on_load)
     bar = _tqdm(None, total=None if per_tensor_bar else len(files), desc=desc, disable=not enabled)
     seen: set[str] = set()

@@ -29,6 +29,7 @@ from collections.abc import Generator
 import torch
 
 from . import _core
+from ._engine import open_stream
 from ._tensors import to_torch
 
 logger = logging.getLogger(__name__)
@@ -139,7 +140,7 @@ def hub_weights_iterator(
     file) when a blob does not match its ETag, even after its tensors were
     yielded. `engine`: the loader's options (threads, block_size, max_memory...)."""
     source = hub_source(repo_id, revision, cache_dir)
-    stream = _core.Stream(source.weight_files, strategy, max_queued_bytes, engine)
+    stream = open_stream(source.weight_files, max_queued_bytes=max_queued_bytes, strategy=strategy, **engine)
     try:
         for name, file, dtype, shape, data in stream:
             yield name, to_torch(dtype, shape, data, name, file)

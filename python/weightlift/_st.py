@@ -25,16 +25,21 @@ class safe_open:  # noqa: N801 - the safetensors name
     framework="pt": zero-copy torch tensors over a private copy-on-write
     mapping of the file (lazy; writable, a write never reaches the file), or,
     with strategy="eager", over one buffer holding the whole file.
-    framework="np": read-only numpy arrays over the same memory.
+    framework="np": numpy arrays over the same memory, writable (as
+    safetensors 0.8's are; a write never reaches the file).
     device: "cpu"; "cuda"/"cuda:N" (read into device memory through the pinned
     staging ring, without touching the mapping); any other torch device (the
     tensor is copied there).
     """
 
     def __init__(self, filename, framework: str = "pt", device: Any = "cpu", strategy: str = "lazy",
-                 raw_dtypes: bool | None = None):
+                 raw_dtypes: bool | None = None, *, backend: str = "mmap"):
         if framework not in _FRAMEWORKS:
             raise ValueError(f"framework {framework!r} is not supported (expected 'pt' or 'np')")
+        if backend not in ("mmap", "pread"):
+            raise ValueError(f"backend {backend!r} is not supported (expected 'mmap' or 'pread')")
+        if backend == "pread" and strategy == "lazy":
+            strategy = "eager"  # bytes read with pread(2) instead of mapped
         self._np = framework in ("np", "numpy")
         self._device = device
         self._raw = raw_dtypes
@@ -63,6 +68,18 @@ class safe_open:  # noqa: N801 - the safetensors name
         md = self._f.metadata()
         return md if md else None
 
+    def get_tensors(self) -> dict[str, Any]:
+        """Every tensor, as a dict in offset order (safetensors 0.8's get_tensors)."""
+        return {k: self.get_tensor(k) for k in self.offset_keys()}
+
+    def _wrap(self, name, dtype, shape, data):
+        if self._np:
+            return to_numpy(dtype, shape, data, name, self._f.path, writable=True)
+        t = to_torch(dtype, shape, data, name, self._f.path, self._raw)
+        if self._device not in ("cpu", None) and str(self._device) != "cpu":
+            t = t.to(self._device)
+        return t
+
     def get_tensor(self, name: str):
         if not self._np and _gpu._is_cuda(self._device):  # straight to the device, not through the mapping
             return _gpu.safetensors_tensor_to_device(self._f, name, self._device, self._raw)
@@ -70,12 +87,7 @@ class safe_open:  # noqa: N801 - the safetensors name
             dtype, shape, data = self._f.get(name)
         except FileNotFoundError as e:
             raise KeyError(str(e)) from None
-        if self._np:
-            return to_numpy(dtype, shape, data, name, self._f.path)
-        t = to_torch(dtype, shape, data, name, self._f.path, self._raw)
-        if self._device not in ("cpu", None) and str(self._device) != "cpu":
-            t = t.to(self._device)
-        return t
+        return self._wrap(name, dtype, shape, data)
 
     def get_slice(self, name: str) -> "SafeSlice":
         info = self._f.info(name)
@@ -86,7 +98,8 @@ class safe_open:  # noqa: N801 - the safetensors name
 
 class SafeSlice:
     """A tensor not read yet: get_shape(), get_dtype(), and indexing that reads
-    only the rows it needs when the first index is a row range."""
+    only the bytes it needs when one dim is cut by a step-1 slice (rows: one
+    range; other dims: strided runs, the engine's slice layout)."""
 
     def __init__(self, f: safe_open, name: str, dtype: str, shape):
         self._f, self._name, self._dtype, self._shape = f, name, dtype, list(shape)
@@ -97,17 +110,30 @@ class SafeSlice:
     def get_dtype(self) -> str:
         return self._dtype
 
+    def _cut(self, index: tuple):
+        """(dim, begin, end, rest) when index cuts one dim with a step-1 slice
+        and leaves the dims before it whole; else None."""
+        if any(i is Ellipsis or i is None for i in index) or len(index) > len(self._shape):
+            return None
+        for d, i in enumerate(index):
+            if not isinstance(i, slice):
+                return None
+            if i == slice(None):
+                continue
+            if i.step not in (None, 1):
+                return None
+            begin, end, _ = i.indices(self._shape[d])
+            return d, begin, max(end, begin), index[:d] + (slice(None),) + index[d + 1:]
+        return None
+
     def __getitem__(self, index):
         if not isinstance(index, tuple):
             index = (index,)
-        first = index[0] if index else slice(None)
-        if (not self._f._np and self._shape and isinstance(first, slice) and first.step in (None, 1)):
-            begin, end, _ = first.indices(self._shape[0])
-            end = max(end, begin)
-            dtype, shape, data = self._f._f.read_rows(self._name, begin, end)
-            t = to_torch(dtype, shape, data, self._name, self._f.path, self._f._raw)
-            rest = (slice(None),) + tuple(index[1:])
-            return t[rest] if len(index) > 1 else t
+        cut = self._cut(index) if self._shape else None
+        if cut is not None:
+            d, begin, end, rest = cut
+            t = self._f._wrap(self._name, *self._f._f.read_slice(self._name, d, begin, end))
+            return t[rest] if any(not (isinstance(i, slice) and i == slice(None)) for i in rest) else t
         return self._f.get_tensor(self._name)[index]
 
 

@@ -1,35 +1,41 @@
 """vLLM's weight utilities (vllm/model_executor/model_loader/weight_utils.py),
-same names, arguments and results, on weightlift's engine.
+same names, arguments and results, on weightlift's C++ engine.
 
 Replace `from vllm.model_executor.model_loader.weight_utils import X` with
-`from weightlift.vllm_compat import X`. Iterators yield (name, torch.Tensor);
-safetensors tensors are zero-copy views of a copy-on-write mapping (lazy) or of
-one whole-file buffer (eager), so they are writable and never alias the file.
+`from weightlift.vllm_compat import X`. Every iterator is one engine load
+(`_engine_iter`): the C++ loader runs on a background thread, GIL released,
+and yields (name, torch.Tensor). Safetensors, PyTorch and .npy tensors stored
+contiguously are zero-copy views of a private copy-on-write mapping of their
+file whose pages the engine mapped in ahead of you, so they are writable,
+never alias the file, and a copy out of them (a weight loader's) touches no
+fresh memory. Every rule (auto prefetch, file order, the expert filter,
+dummy values, name remapping, lock names, quant configs) lives in C++; this
+module keeps the torch glue and the names vLLM's tests patch.
+
+Extending it: a new iterator is `_engine_iter(files, strategy=..., order=...,
+**engine_options)` plus its progress-bar text; see docs/python.md.
 """
 from __future__ import annotations
 
-import concurrent.futures
-import hashlib
 import json
 import logging
 import os
-import re
 import tempfile
-import threading
 import time
 from collections import defaultdict
 from collections.abc import Callable, Generator, Iterable
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import filelock
-import numpy as np
 import torch
 
 from . import _core
-from ._tensors import to_torch
-from .ep_weight_filter import should_skip_weight
+from ._engine import open_stream
+from ._engine import options as _options
+from ._tensors import TORCH_TO_NAME, to_torch
 
 logger = logging.getLogger("weightlift")
 
@@ -40,7 +46,10 @@ SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 # Plain text, one line per update: readable under Ray / multiprocessing log prefixes.
 _BAR_FORMAT = "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]\n"
 
-_NET_FILESYSTEMS = ("nfs", "nfs4", "lustre")
+# Tensors the engine may map in ahead of the consumer (page-cache pages
+# mapped into this process, counted in its RSS until consumed).
+_LOOKAHEAD_BYTES = 64 << 20
+
 _warned: set[str] = set()
 
 
@@ -57,24 +66,59 @@ def _tqdm(iterable, **kwargs):
     return tqdm(iterable, bar_format=_BAR_FORMAT, **kwargs)
 
 
+# ---- the engine behind every iterator ----------------------------------------------------
+
+
+def _rank_world() -> tuple[int, int]:
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank(), torch.distributed.get_world_size()
+    return 0, 1
+
+
+def _engine_iter(files: list[str], *, desc: str = "", use_tqdm_on_load: bool = False,
+                 max_queued_bytes: int = _LOOKAHEAD_BYTES, only: Iterable[str] | None = None,
+                 exclude: Iterable[str] | None = None, rename: dict[str, str] | None = None,
+                 ordered: bool = True, **options) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """Runs one engine load over `files` and yields (name, torch.Tensor) as
+    the engine hands them over. `options` are LoadOptions fields (strategy,
+    order, file_views, threads, local_expert_ids, ...); `only` / `exclude`
+    limit the tensors read; `rename` maps a file to the name to yield for its
+    (single) tensor; `ordered`: in checkpoint order (files as given, each
+    file's tensors in `order`) even where the engine finishes them out of
+    order, else as they finish. A progress bar over files when `desc` and enabled."""
+    files = [os.fspath(f) for f in files]
+    stream = open_stream(files, max_queued_bytes=max_queued_bytes, ordered=ordered, only=only, exclude=exclude,
+                         **options)
+    bar = _tqdm(None, total=len(files), desc=desc, disable=not (desc and enable_tqdm(use_tqdm_on_load)))
+    seen: set[str] = set()
+    try:
+        for name, file, dtype, shape, data in stream:
+            if file not in seen:
+                seen.add(file)
+                bar.n = len(seen) - 1
+                bar.refresh()
+                _drain_prefetch_logs()
+            yield (rename[file] if rename else name), to_torch(dtype, shape, data, name, file)
+        bar.n = len(files)
+        bar.refresh()
+    finally:
+        stream.close()
+        bar.close()
+
+
 # ---- locks and atomic files ------------------------------------------------------
 
 temp_dir = tempfile.gettempdir()
 
 
 def get_lock(model_name_or_path: str | Path, cache_dir: str | None = None) -> filelock.FileLock:
-    """A file lock shared by every process (and user) working on this model.
-
-    The lock file is <cache_dir or the temp dir>/<sha256(name)><name>.lock with
-    '/' in the name replaced by '-', mode 0o666 so other users can take it."""
+    """A file lock shared by every process (and user) working on this model:
+    the engine's own model lock file (the Hub client's, the NumPy cache's),
+    mode 0o666 so other users can take it."""
     lock_dir = cache_dir or temp_dir
-    model_name_or_path = str(model_name_or_path)
     # The reference creates the parent of lock_dir (a quirk kept for identical behaviour).
     os.makedirs(os.path.dirname(lock_dir), exist_ok=True)
-    model_name = model_name_or_path.replace("/", "-")
-    hash_name = hashlib.sha256(model_name.encode()).hexdigest()
-    lock_file_name = hash_name + model_name + ".lock"
-    return filelock.FileLock(os.path.join(lock_dir, lock_file_name), mode=0o666)
+    return filelock.FileLock(_core.model_lock_path(str(model_name_or_path), lock_dir), mode=0o666)
 
 
 @contextmanager
@@ -99,16 +143,14 @@ def atomic_writer(filepath: str | Path, mode: str = "w", encoding: str | None = 
 
 
 def _natural_sort_key(filepath: str) -> list:
-    """Sort key splitting the base name into text and numbers:
-    model-00001-of-00005.safetensors -> ['model-', 1, '-of-', 5, '.safetensors']."""
-    return [int(s) if s.isdigit() else s for s in re.split(r"(\d+)", os.path.basename(filepath))]
+    """model-00001-of-00005.safetensors -> ['model-', 1, '-of-', 5, '.safetensors']
+    (the engine's natural order, weight_files.h natural_key)."""
+    return [int(s) if s.isdigit() else s for s in _core.natural_key(os.path.basename(filepath))]
 
 
 def filter_duplicate_safetensors_files(hf_weights_files: list[str], hf_folder: str, index_file: str) -> list[str]:
     """Keeps only the files the folder's index names (drops e.g. a consolidated
     file next to shards). FileNotFoundError when the index names a missing file."""
-    if not os.path.isfile(os.path.join(hf_folder, index_file)):
-        return hf_weights_files
     return _core.filter_duplicate_safetensors_files(list(hf_weights_files), str(hf_folder), index_file)
 
 
@@ -129,105 +171,50 @@ def enable_tqdm(use_tqdm_on_load: bool) -> bool:
 
 
 # ---- prefetch (network filesystems) ----------------------------------------------------
+# The facts and the prefetcher are the engine's (system.h, prefetch.h); these
+# names stay because vLLM's tests patch them.
 
 
 def _get_checkpoints_size_bytes(files: list[str]) -> int:
-    return sum(os.path.getsize(f) for f in files) if files else 0
+    return _core.checkpoint_size_bytes([os.fspath(f) for f in files]) if files else 0
 
 
 def _get_available_ram_bytes() -> int:
     """MemAvailable, bounded by the cgroup's remaining limit when there is one."""
-    avail = None
-    try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    avail = int(line.split()[1]) * 1024
-                    break
-    except OSError:
-        pass
-    if avail is None:
-        avail = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    try:
-        with open("/sys/fs/cgroup/memory.max") as f:
-            limit = f.read().strip()
-        with open("/sys/fs/cgroup/memory.current") as f:
-            used = int(f.read().strip())
-        if limit != "max":
-            avail = min(avail, max(int(limit) - used, 0))
-    except (OSError, ValueError):
-        pass
-    return avail
+    return _core.available_ram_bytes()
 
 
 def _get_fs_type(files: list[str]) -> str:
-    """The filesystem type serving files[0] (longest mount-point prefix in
-    /proc/mounts); "" for an empty list or when it cannot be told."""
-    if not files:
-        return ""
-    try:
-        resolved = os.path.realpath(files[0])
-        best_mount, best_type = "", ""
-        with open("/proc/mounts") as f:
-            for line in f:
-                parts = line.split()
-                if len(parts) < 3:
-                    continue
-                mount, fstype = parts[1], parts[2]
-                inside = resolved == mount or resolved.startswith(os.path.join(mount, ""))
-                if inside and len(mount) > len(best_mount):
-                    best_mount, best_type = mount, fstype
-        return best_type
-    except Exception:
-        return ""
+    """The filesystem type serving files[0]; "" for an empty list or when it cannot be told."""
+    return _core.filesystem_type(os.fspath(files[0])) if files else ""
 
 
 def _prefetch_checkpoint(file_path: str, block_size: int = DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE) -> None:
     """Reads a file once, in blocks, so that its pages sit in the page cache."""
-    if block_size < 1:
-        raise ValueError("safetensors prefetch block size must be >= 1")
-    with open(file_path, "rb", buffering=0) as f:
-        buf = bytearray(block_size)
-        while f.readinto(buf):
-            pass
+    _core.prefetch_files([os.fspath(file_path)], 1, block_size)
+
+
+_prefetchers: list = []  # running background prefetches (the reference's daemon threads)
+
+
+def _drain_prefetch_logs() -> None:
+    for p in _prefetchers:
+        for line in p.take_log():
+            (logger.warning if line.startswith("warning:") else logger.info)("%s", line)
 
 
 def _prefetch_all_checkpoints(sorted_files: list[str],
                               num_prefetch_threads: int = DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS,
                               block_size: int = DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE) -> None:
-    """Starts reading this rank's share of the files (every world_size-th) into
-    the page cache on a background thread; failures are only logged."""
-    if num_prefetch_threads < 1:
-        raise ValueError("safetensors prefetch num threads must be >= 1")
-    if block_size < 1:
-        raise ValueError("safetensors prefetch block size must be >= 1")
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        rank, world = torch.distributed.get_rank(), torch.distributed.get_world_size()
-    else:
-        rank, world = 0, 1
-    mine = sorted_files[rank::world]
-
-    def run() -> None:
-        start = time.perf_counter()
-        done = 0
-        next_pct = 10
-        with concurrent.futures.ThreadPoolExecutor(max_workers=num_prefetch_threads) as ex:
-            futures = {ex.submit(_prefetch_checkpoint, p, block_size): p for p in mine}
-            for fut in concurrent.futures.as_completed(futures):
-                try:
-                    fut.result()
-                except Exception:
-                    logger.warning("Failed to prefetch checkpoint file %r.", futures[fut], exc_info=True)
-                    continue
-                done += 1
-                while mine and next_pct <= 100 and 100 * done / len(mine) >= next_pct:
-                    logger.info("Prefetching checkpoint files: %d%% (%d/%d)", next_pct, done, len(mine))
-                    next_pct += 10
-        logger.info("Prefetching checkpoint files into page cache finished in %.2fs", time.perf_counter() - start)
-
+    """Starts reading this rank's share of the files (every world_size-th)
+    into the page cache in the background (the engine's Prefetcher);
+    failures are only logged."""
+    rank, world = _rank_world()
+    p = _core.Prefetcher([os.fspath(f) for f in sorted_files], num_prefetch_threads, block_size, rank, world)
+    _drain_prefetch_logs()
+    _prefetchers[:] = _prefetchers[-3:] + [p]
     logger.info("Prefetching checkpoint files into page cache started (in background, num_threads=%d, "
                 "block_size=%d bytes)", num_prefetch_threads, block_size)
-    threading.Thread(target=run, daemon=True, name="weightlift-prefetch").start()
 
 
 # ---- iterators ------------------------------------------------------------------------------
@@ -245,86 +232,65 @@ def safetensors_weights_iterator(
     safetensors_prefetch_block_size: int = DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """Yields (name, tensor) for every tensor of the files, files in natural
-    order, names sorted within a file (lazy/prefetch) or in file order (eager).
+    order, names sorted within a file (as safe_open().keys()).
 
-    Strategies: None (mmap; prefetch first when the files are on NFS/Lustre and
-    fit in 90% of free RAM), "lazy" (mmap), "eager" (each file read whole with
-    one read), "prefetch" (page-cache prefetch on a background thread, then
-    mmap), "torchao" (rebuilds torchao tensor subclasses; needs torchao>=0.15).
-    With local_expert_ids, other ranks' expert weights are skipped unread."""
+    Strategies: None (lazy; prefetch first when the files are on NFS/Lustre and
+    fit in 90% of free RAM), "lazy" (each tensor's pages mapped in as it comes),
+    "eager" (each file mapped in whole before its first tensor), "prefetch"
+    (page-cache prefetch in the background, then lazy), "torchao" (rebuilds
+    torchao tensor subclasses; needs torchao>=0.15). With local_expert_ids,
+    other ranks' expert weights are skipped unread."""
     if safetensors_load_strategy not in _STRATEGIES:
         raise ValueError(f"unknown safetensors_load_strategy {safetensors_load_strategy!r} "
                          f"(expected one of None, 'lazy', 'eager', 'prefetch', 'torchao')")
     desc = "Loading safetensors checkpoint shards"
     if safetensors_load_strategy == "eager":
         desc += " (eager)"
-    sorted_files = sorted(hf_weights_files, key=_natural_sort_key)
+    sorted_files = _core.natural_sort([os.fspath(f) for f in hf_weights_files])
 
-    fs_type = _get_fs_type(sorted_files)
-    is_net_fs = fs_type in _NET_FILESYSTEMS
-    total = _get_checkpoints_size_bytes(sorted_files)
-    avail = _get_available_ram_bytes()
-    fits = total <= 0.9 * avail
-    fs_name = fs_type.upper() if fs_type else "unknown"
-    _log_once(logging.INFO, "Filesystem type for checkpoints: %s. Checkpoint size: %.2f GiB. Available RAM: %.2f GiB.",
-              fs_name, total / 2**30, avail / 2**30)
-    prefetch = safetensors_load_strategy == "prefetch"
-    if safetensors_load_strategy is None and is_net_fs:
-        if fits:
-            prefetch = True
-        else:
-            _log_once(logging.WARNING, "Network filesystem (%s) detected but the checkpoint (%.2f GiB) exceeds 90%% "
-                      "of available RAM (%.2f GiB); not prefetching.", fs_name, total / 2**30, avail / 2**30)
-    elif prefetch and not fits:
-        _log_once(logging.WARNING, "safetensors_load_strategy='prefetch' with a checkpoint (%.2f GiB) larger than "
-                  "90%% of available RAM (%.2f GiB): this may run out of memory.", total / 2**30, avail / 2**30)
-    if prefetch:
-        _prefetch_all_checkpoints(sorted_files, num_prefetch_threads=safetensors_prefetch_num_threads,
-                                  block_size=safetensors_prefetch_block_size)
+    prefetch = False
+    if safetensors_load_strategy in (None, "prefetch"):
+        fs_type = _get_fs_type(sorted_files)
+        total = _get_checkpoints_size_bytes(sorted_files)
+        avail = _get_available_ram_bytes()
+        prefetch, warn, reason = _core.prefetch_decision(fs_type, total, avail, safetensors_load_strategy == "prefetch")
+        _log_once(logging.WARNING if warn else logging.INFO, "%s", reason)
+        if prefetch:
+            _prefetch_all_checkpoints(sorted_files, num_prefetch_threads=safetensors_prefetch_num_threads,
+                                      block_size=safetensors_prefetch_block_size)
 
-    files = _tqdm(sorted_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load))
     if safetensors_load_strategy == "torchao":
-        yield from _torchao_iterator(files, local_expert_ids)
+        yield from _torchao_iterator(sorted_files, local_expert_ids, desc, use_tqdm_on_load)
         return
-    eager = safetensors_load_strategy == "eager"
-    for st_file in files:
-        f = _core.SafetensorsFile(os.fspath(st_file), "eager" if eager else "lazy")
-        names = [t[0] for t in f.tensors()] if eager else f.names()
-        for name in names:
-            if should_skip_weight(name, local_expert_ids):
-                continue
-            dtype, shape, data = f.get(name)
-            yield name, to_torch(dtype, shape, data, name, f.path)
-        del f
+    # While a prefetch fills the page cache, views of it (direct "off": the
+    # engine does not read cold files around the cache instead).
+    yield from _engine_iter(sorted_files, desc=desc, use_tqdm_on_load=use_tqdm_on_load,
+                            strategy="eager" if safetensors_load_strategy == "eager" else "lazy", order="name",
+                            file_views=True, local_expert_ids=local_expert_ids,
+                            direct="off" if prefetch else None)
 
 
-def _torchao_iterator(files, local_expert_ids):
+def _torchao_iterator(files, local_expert_ids, desc, use_tqdm_on_load):
+    """File by file, torchao's flattened tensor subclasses rebuilt with the
+    file's metadata (a subclass split over files waits for its other parts)."""
     try:
         import torchao  # noqa: F401
         from torchao.prototype.safetensors.safetensors_support import unflatten_tensor_state_dict
     except ImportError as e:
         raise ValueError("Please use torchao version >= 0.15.0 to load torchao safetensors checkpoint") from e
     leftover: dict[str, torch.Tensor] = {}
-    for st_file in files:
-        f = _core.SafetensorsFile(os.fspath(st_file), "lazy")
-        state = {}
-        for name in f.names():
-            if not should_skip_weight(name, local_expert_ids):
-                dtype, shape, data = f.get(name)
-                state[name] = to_torch(dtype, shape, data, name, f.path)
+    for st_file in _tqdm(files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
+        state = dict(_engine_iter([st_file], strategy="lazy", order="name", file_views=True,
+                                  local_expert_ids=local_expert_ids))
         state.update(leftover)
-        unflat, leftover = unflatten_tensor_state_dict(state, f.metadata() or None)
+        metadata = _core.SafetensorsFile(st_file, "lazy").metadata() or None
+        unflat, leftover = unflatten_tensor_state_dict(state, metadata)
         yield from unflat.items()
 
 
-def _read_file_tensors(st_file: str) -> list[tuple[str, torch.Tensor]]:
-    # One read of the whole file (GIL released inside); tensors are views into it.
-    f = _core.SafetensorsFile(os.fspath(st_file), "eager")
-    out = []
-    for name in f.names():
-        dtype, shape, data = f.get(name)
-        out.append((name, to_torch(dtype, shape, data, name, f.path)))
-    return out
+def _check_workers(max_workers: int) -> None:
+    if max_workers < 1:
+        raise ValueError(f"max_workers must be greater than 0, got {max_workers}")
 
 
 def multi_thread_safetensors_weights_iterator(
@@ -332,58 +298,17 @@ def multi_thread_safetensors_weights_iterator(
     use_tqdm_on_load: bool,
     max_workers: int = 4,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
-    """Reads whole files on `max_workers` threads and yields each file's
-    tensors as soon as it is read (files in completion order). At most
-    max_workers + 1 files are in flight or waiting, which bounds memory."""
-    yield from _threaded(hf_weights_files, _read_file_tensors, max_workers,
-                         "Multi-thread loading shards", use_tqdm_on_load)
+    """`max_workers` engine threads each take whole files and map their
+    tensors in; tensors come as they are ready (a file's in offset order, as
+    safetensors' load_file gives them; files may interleave)."""
+    _check_workers(max_workers)
+    yield from _engine_iter(list(hf_weights_files), desc="Multi-thread loading shards",
+                            use_tqdm_on_load=use_tqdm_on_load, ordered=False, strategy="threads",
+                            threads=max_workers, order="offset", file_views=True)
 
 
-def _threaded(files, read_one, max_workers, desc, use_tqdm_on_load):
-    if max_workers < 1:
-        raise ValueError(f"max_workers must be >= 1, got {max_workers}")
-    files = list(files)
-    bar = _tqdm(None, total=len(files), desc=desc, disable=not enable_tqdm(use_tqdm_on_load))
-    try:
-        with concurrent.futures.ThreadPoolExecutor(max_workers=max_workers) as ex:
-            pending: set[concurrent.futures.Future] = set()
-            it = iter(files)
-            for f in it:
-                pending.add(ex.submit(read_one, f))
-                if len(pending) >= max_workers + 1:
-                    break
-            while pending:
-                done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
-                for fut in done:
-                    items = list(fut.result())
-                    del fut
-                    bar.update(1)
-                    nxt = next(it, None)
-                    if nxt is not None:
-                        pending.add(ex.submit(read_one, nxt))
-                    items.reverse()  # pop from the end, yielding in file order, dropping each as it goes
-                    while items:
-                        yield items.pop()
-    finally:
-        bar.close()
-
-
-def _pt_items(bin_file: str, pt_load_map_location) -> Iterable[tuple[str, Any]]:
-    """(name, value) of a PyTorch checkpoint, through the C++ reader when this
-    build has it (and the map location is "cpu"), else torch.load."""
-    if pt_load_map_location in ("cpu", None) or str(pt_load_map_location) == "cpu":
-        try:
-            ck = _core.Checkpoint(os.fspath(bin_file))
-        except NotImplementedError:
-            ck = None
-        if ck is not None:
-            out = []
-            for i, (name, dtype, shape, _) in enumerate(ck.tensors()):
-                d, s, data = ck.get(i)
-                out.append((name, to_torch(d, s, data, name, ck.path)))
-            return out
-    state = torch.load(bin_file, map_location=pt_load_map_location, weights_only=True)
-    return list(state.items())
+def _pt_on_engine(pt_load_map_location) -> bool:
+    return pt_load_map_location in ("cpu", None) or str(pt_load_map_location) == "cpu"
 
 
 def pt_weights_iterator(
@@ -391,12 +316,18 @@ def pt_weights_iterator(
     use_tqdm_on_load: bool,
     pt_load_map_location: str | dict[str, str] = "cpu",
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
-    """Yields (name, tensor) of PyTorch .bin/.pt files, one file at a time."""
-    for bin_file in _tqdm(hf_weights_files, desc="Loading pt checkpoint shards",
-                          disable=not enable_tqdm(use_tqdm_on_load)):
-        items = _pt_items(bin_file, pt_load_map_location)
-        yield from items
-        del items
+    """Yields (name, tensor) of PyTorch .bin/.pt files, one file at a time, in
+    each file's pickle order (the C++ reader: nothing is unpickled; torch.load
+    only for a map location other than "cpu")."""
+    desc = "Loading pt checkpoint shards"
+    if _pt_on_engine(pt_load_map_location):
+        yield from _engine_iter(list(hf_weights_files), desc=desc, use_tqdm_on_load=use_tqdm_on_load,
+                                strategy="lazy", order="listed", file_views=True)
+        return
+    for bin_file in _tqdm(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
+        state = torch.load(bin_file, map_location=pt_load_map_location, weights_only=True)
+        yield from state.items()
+        del state
 
 
 def multi_thread_pt_weights_iterator(
@@ -405,9 +336,16 @@ def multi_thread_pt_weights_iterator(
     pt_load_map_location: str | dict[str, str] = "cpu",
     max_workers: int = 4,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
-    """PyTorch files read on `max_workers` threads, yielded in completion order."""
-    yield from _threaded(hf_weights_files, lambda f: list(_pt_items(f, pt_load_map_location)), max_workers,
-                         "Multi-thread loading pt checkpoint shards", use_tqdm_on_load)
+    """PyTorch files on `max_workers` engine threads, tensors as they are ready."""
+    _check_workers(max_workers)
+    desc = "Multi-thread loading pt checkpoint shards"
+    if _pt_on_engine(pt_load_map_location):
+        yield from _engine_iter(list(hf_weights_files), desc=desc, use_tqdm_on_load=use_tqdm_on_load,
+                                ordered=False, strategy="threads", threads=max_workers, order="listed",
+                                file_views=True)
+        return
+    for bin_file in _tqdm(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
+        yield from torch.load(bin_file, map_location=pt_load_map_location, weights_only=True).items()
 
 
 def np_cache_weights_iterator(
@@ -419,8 +357,8 @@ def np_cache_weights_iterator(
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """Converts the weight files to one .npy per tensor under <hf_folder>/np
     (once, by the first process, under the model's lock: get_lock's file),
-    then yields them from there in dump order; each tensor is a
-    copy-on-write mapping of its .npy file."""
+    then yields them from there in dump order through the engine (each
+    tensor a view of a private mapping of its .npy file)."""
     bar = _tqdm(None, total=len(hf_weights_files), desc="Loading np_cache checkpoint shards",
                 disable=not enable_tqdm(use_tqdm_on_load))
     try:
@@ -430,9 +368,8 @@ def np_cache_weights_iterator(
         bar.update(len(hf_weights_files))
     finally:
         bar.close()
-    for name in names:
-        arr = np.load(os.path.join(np_folder, name), mmap_mode="c")
-        yield name, torch.from_numpy(arr)
+    paths = {os.path.join(np_folder, name): name for name in names}
+    yield from _engine_iter(list(paths), rename=paths, strategy="lazy", order="listed", file_views=True)
 
 
 def stream_weights(
@@ -447,46 +384,25 @@ def stream_weights(
     """weightlift's own streaming iterator: the C++ loader reads the files on a
     background thread (GIL released) while you consume, holding at most
     `max_queued_bytes` of finished tensors ahead of you. Yields (name, tensor)
-    in the engine's order (file order for lazy/eager); each tensor owns
-    private memory. `path_or_files` is a model folder, a file, or a list of files.
+    in the engine's order (file order for lazy/eager); `path_or_files` is a
+    model folder, a file, or a list of files.
 
-    strategy and `engine` options are the C++ loader's (see docs/engine.md):
+    strategy and `engine` are the C++ loader's options (see docs/engine.md):
     strategy lazy | eager | prefetch | auto | threads | stream; threads,
     block_size, rank, world_size (prefetch striping), tp_rank, tp_size,
     shard_rules (["*.q_proj.weight:0", ...]: read only this rank's slice),
-    max_memory, direct ("auto" | "on" | "off"). With local_expert_ids, other
-    ranks' expert weights are skipped (unread where the engine filters)."""
+    max_memory, direct ("auto" | "on" | "off"), order ("offset" | "name" |
+    "listed"), file_views (default True: tensors are views of a private file
+    mapping; False: each tensor in memory of its own). With
+    local_expert_ids, other ranks' expert weights are skipped unread."""
     if isinstance(path_or_files, (str, os.PathLike)):
         files, _fmt = _core.find_weight_files(os.fspath(path_or_files))
     else:
         files = [os.fspath(f) for f in path_or_files]
-    opts = dict(engine)
-    if local_expert_ids is not None:
-        opts["local_expert_ids"] = sorted(local_expert_ids)
-    try:
-        stream = _core.Stream(files, strategy, max_queued_bytes, opts)
-    except ValueError as e:
-        if "local_expert_ids" not in str(e):
-            raise
-        opts.pop("local_expert_ids")  # an engine without the filter: filter here instead
-        stream = _core.Stream(files, strategy, max_queued_bytes, opts)
-    bar = _tqdm(None, total=len(files), desc="Loading safetensors checkpoint shards",
-                disable=not enable_tqdm(use_tqdm_on_load))
-    seen_files: set[str] = set()
-    try:
-        for name, file, dtype, shape, data in stream:
-            if file not in seen_files:
-                seen_files.add(file)
-                bar.n = len(seen_files) - 1
-                bar.refresh()
-            if should_skip_weight(name, local_expert_ids):
-                continue
-            yield name, to_torch(dtype, shape, data, name, file)
-        bar.n = len(files)
-        bar.refresh()
-    finally:
-        stream.close()
-        bar.close()
+    engine.setdefault("file_views", True)
+    yield from _engine_iter(files, desc="Loading safetensors checkpoint shards", use_tqdm_on_load=use_tqdm_on_load,
+                            max_queued_bytes=max_queued_bytes, ordered=False, strategy=strategy,
+                            local_expert_ids=local_expert_ids, **engine)
 
 
 # ---- conversion ------------------------------------------------------------------------------
@@ -586,9 +502,9 @@ def composed_weight_loader(loader: LoaderFunction, fn: Callable[[torch.Tensor], 
 def initialize_dummy_weights(model: torch.nn.Module, model_config: Any = None, low: float = -1e-3,
                              high: float = 1e-3, seed: int = 1234) -> None:
     """Fills every floating-point tensor of the model's state_dict with
-    uniform [low, high) values from a generator seeded afresh per tensor, so
-    a value depends only on the seed, the tensor's size and dtype (identical
-    across TP ranks and runs)."""
+    uniform [low, high) values of the engine's counter-based generator
+    (dummy.h): a value depends only on the seed, its index and the dtype, so
+    tensors of equal size agree and TP ranks and runs are identical."""
     for param in model.state_dict().values():
         initialize_single_dummy_weight(param, low, high, seed)
 
@@ -602,83 +518,36 @@ def initialize_single_dummy_weight(param: torch.Tensor, low: float = -1e-3, high
         if getattr(torch.version, "hip", None):
             param.zero_()  # ROCm leaves integer params uninitialised
         return
-    generator = torch.Generator(device=param.data.device)
-    generator.manual_seed(seed)
-    if torch.finfo(param.data.dtype).bits < 16:
-        # uniform_ has no kernels below 16 bits (float8): draw in fp16, then cast.
-        tmp = param.data.to(torch.float16).uniform_(low, high, generator=generator)
-        param.data.copy_(tmp.to(param.data.dtype))
-    else:
-        param.uniform_(low, high, generator=generator)
+    name = TORCH_TO_NAME.get(param.dtype)
+    if name is None or not _core.dummy_fills(name):
+        raise NotImplementedError(f"dummy weights of dtype {param.dtype} are not supported")
+    host = param.data
+    if host.device.type != "cpu" or not host.is_contiguous():
+        host = torch.empty(param.shape, dtype=param.dtype)
+    if host.numel():
+        _core.fill_dummy(name, host.data_ptr(), host.numel() * host.element_size(), host.numel(), low, high, seed)
+    if host is not param.data:
+        param.data.copy_(host)
 
 
 # ---- name remapping ---------------------------------------------------------------------------------
-
-_KV_SCALE_SUFFIXES = (".k_scale", ".v_scale", ".q_scale", ".k_zero_point", ".v_zero_point", ".q_zero_point",
-                      ".q.scale", ".k_cache.scale", ".v_cache.scale")
-
-
-def _scale_patterns(attn: str) -> list[tuple[re.Pattern, str]]:
-    rules = [
-        (r"\.self_attn\.([kv])_proj\.([kv])_scale$", rf".self_attn.{attn}.\2_scale"),  # ModelOpt
-        (r"\.self_attn\.qkv_proj\.([kv])_scale$", r".self_attn.attn.\1_scale"),  # fused QKV
-        (r"\.self_attn\.qkqkv_proj\.([kv])_scale$", r".self_attn.attn.\1_scale"),  # Qwen3 MoE
-        (r"\.mixer\.[kv]_proj\.([kv])_scale$", r".mixer.attn.\1_scale"),  # NemotronH
-        (r"\.self_attn\.q\.scale$", r".self_attn.attn.q_scale"),  # HYV3
-        (r"\.self_attn\.([kv])_cache\.scale$", r".self_attn.attn.\1_scale"),  # HYV3
-        (r"\.([qkv])_scale$", r".attn.\1_scale"),  # default
-        (r"\.([qkv])_zero_point$", r".attn.\1_zero_point"),
-    ]
-    return [(re.compile(p), r) for p, r in rules]
-
-
-_PATTERNS = {"attn": _scale_patterns("attn"), "mla_attn.mla_attn": _scale_patterns("mla_attn.mla_attn")}
+# The rules are the engine's (remap.h); params_dict is asked for membership in place.
 
 
 def maybe_remap_kv_scale_name(name: str, params_dict: dict) -> str | None:
     """The model's name for a checkpoint's FP8 k/v/q scale (or zero point), the
     name itself when no remapping applies, or None when the remapped name is
     not a parameter of the model (the scale is then not loaded)."""
-    if name in params_dict:
-        return name
-    if name.endswith(".kv_scale"):
-        _log_once(logging.WARNING, "DEPRECATED. Found kv_scale in the checkpoint; it is loaded as k_scale "
-                  "(and v_scale duplicates it). Use separate k_scale and v_scale tensors.")
-        remapped = name.replace(".kv_scale", ".attn.k_scale")
-        if remapped not in params_dict:
-            _log_once(logging.WARNING, "Found kv_scale in the checkpoint (e.g. %s) but the model has no %s; "
-                      "kv_scale is not loaded.", name, remapped)
-            return None
-        return remapped
-    attn = "mla_attn.mla_attn" if any("mla_attn" in k for k in params_dict) else "attn"
-    if name.endswith(_KV_SCALE_SUFFIXES):
-        for pattern, repl in _PATTERNS[attn]:
-            if pattern.search(name):
-                remapped = pattern.sub(repl, name)
-                if remapped not in params_dict:
-                    kind = name.split(".")[-1]
-                    _log_once(logging.WARNING, "Found %s in the checkpoint (e.g. %s) but the model has no %s; "
-                              "%s is not loaded.", kind, name, remapped, kind)
-                    return None
-                return remapped
-    return name
-
-
-_MOE_EXPERT_SUFFIXES = ("w13_weight", "w2_weight", "w13_weight_scale", "w2_weight_scale", "w13_input_scale",
-                        "w2_input_scale", "w13_bias", "w2_bias", "w13_scale", "w2_scale", "w13_g_idx", "w2_g_idx",
-                        "w13_qweight", "w2_qweight", "w13_qzeros", "w2_qzeros", "w13_weight_shape",
-                        "w2_weight_shape")
+    remapped, warnings = _core.maybe_remap_kv_scale_name(name, params_dict)
+    for w in warnings:
+        _log_once(logging.WARNING, "%s", w)
+    return remapped
 
 
 def maybe_remap_moe_expert_param_name(name: str, params_dict: dict) -> str:
     """'...experts.w13_weight' -> '...experts.routed_experts.w13_weight' when the
     model has the latter (the newer fused-MoE module layout); else unchanged."""
-    if ".experts." not in name or ".experts.routed_experts." in name:
-        return name
-    if not any(f".{s}" in name or name.endswith(s) for s in _MOE_EXPERT_SUFFIXES):
-        return name
-    new_name = name.replace(".experts.", ".experts.routed_experts.", 1)
-    return new_name if new_name in params_dict else name
+    return _core.maybe_remap_moe_expert_param_name(name, params_dict)
 
 
 def remap_moe_expert_weights(weights: Iterable[tuple[str, torch.Tensor]],
@@ -766,3 +635,87 @@ def download_safetensors_index_file_from_hf(
         model_name_or_path, index_file, revision or "main", os.fspath(cache_dir) if cache_dir else "",
         _hf_offline(), subfolder or "")
     _log_lines(lines)
+
+
+# ---- quantization and sparse-attention configs ---------------------------------------------------------
+# The resolution (which source wins, which file, the vLLM branches) is the
+# engine's (quant_config.h); here only the objects around it.
+
+
+@dataclass
+class QuantizationConfigResult:
+    """get_quant_config's answer when vLLM is not importable: what the
+    method's from_config() (or from_config_file / from_config_dict_json)
+    would receive, and where it came from."""
+    quantization: str
+    config: dict = field(default_factory=dict)
+    # hf_config, text_config, compression_config, hf_overrides.quantization_config_file,
+    # hf_overrides.quantization_config_dict_json, online, inflight_bitsandbytes, default, file
+    source: str = "default"
+    file: str | None = None
+    folder: str | None = None
+
+
+def _as_dict(obj) -> dict | None:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj
+    for attr in ("to_dict", "model_dump"):
+        fn = getattr(obj, attr, None)
+        if callable(fn):
+            return fn()
+    return dict(vars(obj))
+
+
+def _resolve_quant_config(model_config, load_config) -> QuantizationConfigResult:
+    quantization = getattr(model_config, "quantization", None)
+    if quantization is None:
+        raise ValueError("Model quantization method is not specified in the config.")
+    hf = _as_dict(getattr(model_config, "hf_config", None))
+    overrides = getattr(model_config, "hf_overrides", None)
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise ValueError("hf_overrides must be a dict for get_quant_config to get the quantization config from it.")
+    online = getattr(model_config, "quantization_config", None)
+    online_json = None if online is None else json.dumps(_as_dict(online), default=str)
+    config, source, file, folder = _core.get_quant_config(
+        os.fspath(model_config.model), quantization, None if hf is None else json.dumps(hf, default=str),
+        json.dumps(overrides, default=str), online_json, getattr(model_config, "revision", None) or "",
+        getattr(load_config, "download_dir", None) or "", _hf_offline())
+    return QuantizationConfigResult(quantization, json.loads(config), source, file or None, folder or None)
+
+
+def get_quant_config(model_config, load_config):
+    """vLLM's get_quant_config: vLLM's QuantizationConfig object when vLLM is
+    importable, else a QuantizationConfigResult with what it would be built from."""
+    r = _resolve_quant_config(model_config, load_config)
+    try:
+        from vllm.model_executor.layers.quantization import get_quantization_config
+    except ImportError:
+        return r
+    quant_cls = get_quantization_config(r.quantization)
+    if r.source == "hf_overrides.quantization_config_file":
+        return quant_cls.from_config_file(r.file)
+    if r.source == "hf_overrides.quantization_config_dict_json":
+        return quant_cls.from_config_dict_json(model_config.hf_overrides["quantization_config_dict_json"])
+    if r.source == "online":
+        from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
+
+        return OnlineQuantizationConfig(args=model_config.quantization_config)
+    if r.source == "default":
+        return quant_cls()
+    return quant_cls.from_config(r.config)
+
+
+def get_sparse_attention_config(model_config, load_config,
+                                sparse_attention_config_filename: str = "sparse_attention_config.json") -> dict:
+    """<model folder>/<file name> parsed, or {} when the model has none
+    (remote models: their *.json files downloaded first, under the model's lock)."""
+    config = json.loads(_core.get_sparse_attention_config(
+        os.fspath(model_config.model), getattr(model_config, "revision", None) or "",
+        getattr(load_config, "download_dir", None) or "", sparse_attention_config_filename, _hf_offline()))
+    if config:
+        logger.info("Loaded sparse attention config from %s", sparse_attention_config_filename)
+    return config

@@ -56,6 +56,7 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
         plan.skipped++;
         continue;
       }
+      if (o.select && !o.select(ct.name)) continue;
       PlannedTensor t;
       t.file = fi;
       t.index = i;
@@ -79,9 +80,18 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
       pf.tensors.push_back(plan.tensors.size());
       plan.tensors.push_back(std::move(t));
     }
-    std::stable_sort(pf.tensors.begin(), pf.tensors.end(), [&](size_t a, size_t b) {
-      return plan.tensors[a].file_offset.value_or(0) < plan.tensors[b].file_offset.value_or(0);
-    });
+    switch (o.order) {
+      case LoadOptions::Order::kOffset:
+        std::stable_sort(pf.tensors.begin(), pf.tensors.end(), [&](size_t a, size_t b) {
+          return plan.tensors[a].file_offset.value_or(0) < plan.tensors[b].file_offset.value_or(0);
+        });
+        break;
+      case LoadOptions::Order::kName:
+        std::stable_sort(pf.tensors.begin(), pf.tensors.end(),
+                         [&](size_t a, size_t b) { return plan.tensors[a].name < plan.tensors[b].name; });
+        break;
+      case LoadOptions::Order::kListed: break;  // already in the reader's order
+    }
     for (size_t k : pf.tensors) plan.tensors[k].ordinal = next_ordinal++;
     if (fi >= kKeepOpen) pf.reader.reset();
     plan.files.push_back(std::move(pf));

@@ -1,10 +1,13 @@
 // The per-file strategies (lazy, eager, threads, prefetch) and run_load().
 #include "engine/strategies.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <thread>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -27,18 +30,86 @@ Status deliver_from(const PlannedTensor& t, const PlanFile& pf, const TensorView
   return d.deliver(t, pf.path, view_of(t, *r));
 }
 
+// A tensor copied into the destination (shards, or a caller's memory) out of
+// the file's mapping, or, where its bytes do not lie contiguously in the file,
+// out of the reader.
+Status copy_from_mapping(const PlannedTensor& t, PlanFile& pf, const std::shared_ptr<RandomAccessFile>& file,
+                         const LoadOptions& o, Destination& dest, Delivery& d) {
+  TensorView full;
+  auto bytes = t.file_offset ? file->view(*t.file_offset, t.full_nbytes)
+                             : Result<std::span<const std::byte>>(Status::Unimplemented(""));
+  if (bytes.ok()) {
+    full = TensorView(t.dtype, t.full_shape, *bytes, file);
+  } else {
+    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
+    auto v = reader->view(t.index);
+    if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
+    full = *v;
+  }
+  return deliver_from(t, pf, full, o, dest, d, /*share=*/false);
+}
+
+// The owner of a tensor handed over as a view of a private file mapping
+// (LoadOptions::file_views): keeps the mapping alive and, when the last view
+// dies, drops the tensor's pages from this process.
+struct MappedTensor {
+  std::shared_ptr<RandomAccessFile> file;
+  uint64_t offset = 0, nbytes = 0;
+  MappedTensor(std::shared_ptr<RandomAccessFile> f, uint64_t off, uint64_t n) : file(std::move(f)), offset(off), nbytes(n) {}
+  ~MappedTensor() { file->advise(offset, nbytes, Advice::kRelease); }
+};
+
+bool as_view(const PlannedTensor& t, const LoadOptions& o) {
+  return o.file_views && o.destination == nullptr && !t.shard && t.file_offset.has_value();
+}
+
+// Hands a tensor over as a view of `file` (a private mapping), its pages
+// mapped in first when `populate`.
+Status deliver_view(const PlannedTensor& t, const PlanFile& pf, const std::shared_ptr<RandomAccessFile>& file,
+                    Delivery& d, bool populate) {
+  auto span = file->view(*t.file_offset, t.nbytes);
+  if (!span.ok()) return Status(span.status()).with_tensor(t.name).with_file(pf.path);
+  if (populate && t.nbytes > 0) file->advise(*t.file_offset, t.nbytes, Advice::kPopulate);
+  auto owner = std::make_shared<MappedTensor>(file, *t.file_offset, t.nbytes);
+  return d.deliver(t, pf.path, TensorView(t.dtype, t.shape, *span, std::move(owner)));
+}
+
+// Starts reading the planned tensors' ranges into the page cache (asynchronous
+// readahead, adjacent ranges merged) so that mapping them in tensor by tensor
+// waits on the disk once per range, not once per fault.
+void will_need(const Plan& plan, const PlanFile& pf, const RandomAccessFile& file) {
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;
+  for (size_t ti : pf.tensors) {
+    const PlannedTensor& t = plan.tensors[ti];
+    if (t.file_offset && t.full_nbytes) ranges.emplace_back(*t.file_offset, *t.file_offset + t.full_nbytes);
+  }
+  std::sort(ranges.begin(), ranges.end());
+  constexpr uint64_t kGap = uint64_t{1} << 20;
+  for (size_t i = 0; i < ranges.size();) {
+    uint64_t a = ranges[i].first, b = ranges[i].second;
+    for (++i; i < ranges.size() && ranges[i].first <= b + kGap; ++i) b = std::max(b, ranges[i].second);
+    file.advise(a, b - a, Advice::kWillNeed);
+  }
+}
+
 Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& dest, Delivery& d) {
   PlanFile& pf = plan.files[fi];
   // The data is read from the planned version of the file: whole tensors with
   // pread (a file truncated under us is an error, not SIGBUS), shards cut out
-  // of the mapping.
-  WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, FileMode::kMmap));
+  // of the mapping; with file_views, whole tensors are views of a private mapping.
+  const bool views = o.file_views && o.destination == nullptr;
+  WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, views ? FileMode::kMmapPrivate : FileMode::kMmap));
   file->advise(0, file->size(), Advice::kSequential);
+  if (views) will_need(plan, pf, *file);
   PendingCopies pending;  // device destinations: copies in flight
   Status st = [&]() -> Status {
   for (size_t ti : pf.tensors) {
     if (d.stopped()) break;
     const PlannedTensor& t = plan.tensors[ti];
+    if (as_view(t, o)) {
+      WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/true));
+      continue;
+    }
     if (!t.shard && t.file_offset) {
       auto r = place(t, dest);
       if (!r.ok()) return Status(r.status()).with_file(pf.path);
@@ -48,17 +119,7 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& 
       WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, *r)));
       continue;
     }
-    TensorView full;
-    auto bytes = t.file_offset ? file->view(*t.file_offset, t.full_nbytes) : Result<std::span<const std::byte>>(Status::Unimplemented(""));
-    if (bytes.ok()) {
-      full = TensorView(t.dtype, t.full_shape, *bytes, file);
-    } else {
-      WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
-      auto v = reader->view(t.index);
-      if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
-      full = *v;
-    }
-    WL_RETURN_IF_ERROR(deliver_from(t, pf, full, o, dest, d, /*share=*/false));
+    WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
   }
   return Status();
   }();
@@ -75,6 +136,26 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& 
 Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination& dest, Delivery& d,
                        uint64_t* bytes_read) {
   PlanFile& pf = plan.files[fi];
+  if (o.file_views && o.destination == nullptr) {
+    // The whole file mapped in (read in sequentially where not cached)
+    // before its first tensor is handed over.
+    WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, FileMode::kMmapPrivate));
+    file->advise(0, file->size(), Advice::kSequential);
+    file->advise(0, file->size(), Advice::kPopulate);
+    *bytes_read += file->size();
+    for (size_t ti : pf.tensors) {
+      if (d.stopped()) return d.status();
+      const PlannedTensor& t = plan.tensors[ti];
+      if (as_view(t, o)) {
+        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/false));
+        continue;
+      }
+      WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
+    }
+    pf.reader.reset();
+    d.file_done();
+    return Status();
+  }
   WL_ASSIGN_OR_RETURN(auto f, open_data(pf, o.env, FileMode::kPread));
   auto buf = Buffer::allocate(static_cast<size_t>(f->size()), 4096);
   if (!buf.ok()) return Status(buf.status()).with_file(pf.path);
@@ -103,6 +184,30 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
 
 int default_threads(const LoadOptions& o) { return o.threads > 0 ? o.threads : 8; }
 
+// The memory cap of the stream that serves file views out of cold files.
+constexpr uint64_t kColdViewsMemory = uint64_t{256} << 20;
+
+// File views want the files in the page cache. When most of a sample of
+// their pages is not there (and every tensor lies whole in its file), N
+// threads of O_DIRECT reads into memory (the stream strategy) beat filling
+// the cache by faults at one readahead stream's pace. direct == kOff (never
+// bypass the page cache, e.g. while a prefetch fills it) keeps the views.
+bool views_from_cold_files(const Plan& plan, Strategy s, const LoadOptions& o) {
+  if (!o.file_views || o.destination != nullptr || o.direct == DirectIo::kOff) return false;
+  if (s != Strategy::kLazy && s != Strategy::kEager && s != Strategy::kThreads) return false;
+  for (const auto& t : plan.tensors)
+    if (!t.file_offset) return false;
+  double hits = 0;
+  int n = 0;
+  for (size_t fi = 0; fi < plan.files.size() && fi < 4; ++fi) {
+    auto f = open_data(plan.files[fi], o.env, FileMode::kPread);
+    if (!f.ok()) continue;
+    double r = (*f)->cached_fraction();
+    if (r >= 0) hits += r, ++n;
+  }
+  return n > 0 && hits / n < 0.5;
+}
+
 }  // namespace
 
 Status run_lazy(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
@@ -126,7 +231,10 @@ Status run_threads(Plan& plan, const LoadOptions& o, Destination& dest, Delivery
       size_t fi = next.fetch_add(1);
       if (fi >= plan.files.size()) return;
       uint64_t r = 0;
-      Status s = load_file_eager(plan, fi, o, dest, d, &r);
+      // With file_views a worker maps its file tensor by tensor (as lazy), so
+      // N workers hold N tensors, not N files, ahead of the consumer.
+      Status s = o.file_views && o.destination == nullptr ? load_file_lazy(plan, fi, o, dest, d)
+                                                         : load_file_eager(plan, fi, o, dest, d, &r);
       read_total += r;
       if (!s.ok()) {
         d.fail(s);
@@ -171,13 +279,19 @@ Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, co
   }
   Delivery d(o, sink, plan);
   Status st;
+  LoadOptions stream_opts = o;
+  if (views_from_cold_files(plan, s, o)) {
+    s = stats.strategy = Strategy::kStream;
+    stream_opts.direct = DirectIo::kAuto;
+    if (stream_opts.max_memory == 0) stream_opts.max_memory = kColdViewsMemory;
+  }
   switch (s) {
     case Strategy::kPrefetch: st = run_prefetch(plan, files, o, dest, d, stats); break;
     case Strategy::kAuto:
     case Strategy::kLazy: st = run_lazy(plan, o, dest, d, stats); break;
     case Strategy::kEager: st = run_eager(plan, o, dest, d, stats); break;
     case Strategy::kThreads: st = run_threads(plan, o, dest, d, stats); break;
-    case Strategy::kStream: st = run_stream(plan, o, dest, d, stats); break;
+    case Strategy::kStream: st = run_stream(plan, stream_opts, dest, d, stats); break;
   }
   if (st.ok()) st = d.status();
   if (!st.ok()) return st;

@@ -277,4 +277,13 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
   return folder;
 }
 
+Result<std::string> download_config_files(const std::string& repo_id, const std::string& revision,
+                                          const std::string& pattern, const std::string& cache_dir, HubOptions o) {
+  SnapshotOptions s;
+  if (!revision.empty()) s.revision = revision;
+  s.allow_patterns = {pattern};
+  if (!cache_dir.empty()) o.cache_dir = cache_dir;
+  return snapshot_download(repo_id, s, o);
+}
+
 }  // namespace wl

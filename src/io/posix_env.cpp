@@ -40,6 +40,8 @@ void fadvise(int fd, uint64_t offset, uint64_t n, Advice advice) {
     case Advice::kRandom: a = POSIX_FADV_RANDOM; break;
     case Advice::kWillNeed: a = POSIX_FADV_WILLNEED; break;
     case Advice::kDontNeed: a = POSIX_FADV_DONTNEED; break;
+    case Advice::kPopulate: a = POSIX_FADV_WILLNEED; break;
+    case Advice::kRelease: return;  // the page cache keeps the pages
   }
   (void)::posix_fadvise(fd, static_cast<off_t>(offset), static_cast<off_t>(n), a);
 }
@@ -177,6 +179,20 @@ class DirectFile final : public PosixFile {
   UniqueFd direct_;
 };
 
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+
+// Maps [p, p+n) with read faults: MADV_POPULATE_READ, or, on kernels without
+// it, one read per page. Never a write fault, so a private mapping is not
+// copied (MAP_POPULATE on a writable private mapping copies every page).
+void populate_read(std::byte* p, uint64_t n, uint64_t page) {
+  if (::madvise(p, n, MADV_POPULATE_READ) == 0) return;
+  if (errno != EINVAL) return;  // EFAULT/EIO (truncated file): readers see it as they read
+  volatile const std::byte* q = p;
+  for (uint64_t i = 0; i < n; i += page) (void)q[i];
+}
+
 class MmapFile final : public PosixFile {
  public:
   MmapFile(std::string path, UniqueFd fd, uint64_t size, std::string version, void* base)
@@ -196,12 +212,25 @@ class MmapFile final : public PosixFile {
     return std::span<const std::byte>(base_ + offset, n);
   }
   void advise(uint64_t offset, uint64_t n, Advice advice) const override {
-    PosixFile::advise(offset, n, advice);
-    if (base_ == nullptr || n == 0) return;
-    uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-    uint64_t start = offset & ~(page - 1);
-    uint64_t end = std::min<uint64_t>(offset + n, size_);
+    if (base_ == nullptr || n == 0) return PosixFile::advise(offset, n, advice);
+    const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+    const uint64_t end = std::min<uint64_t>(offset + std::min(n, size_ - std::min(offset, size_)), size_);
+    if (advice == Advice::kRelease) {
+      // Only 2 MiB stretches wholly inside the range: the page cache's large
+      // folios are mapped whole (one PMD), and dropping part of one would
+      // split the mapping under the neighbouring tensors still in use.
+      constexpr uint64_t kHuge = uint64_t{2} << 20;
+      const uint64_t a = (offset + kHuge - 1) & ~(kHuge - 1), b = end & ~(kHuge - 1);
+      if (a < b) (void)::madvise(base_ + a, b - a, MADV_DONTNEED);
+      return;
+    }
+    const uint64_t start = offset & ~(page - 1);
     if (start >= end) return;
+    if (advice == Advice::kPopulate) {
+      populate_read(base_ + start, end - start, page);
+      return;
+    }
+    PosixFile::advise(offset, n, advice);
     int a = MADV_NORMAL;
     switch (advice) {
       case Advice::kNormal: a = MADV_NORMAL; break;
@@ -209,6 +238,8 @@ class MmapFile final : public PosixFile {
       case Advice::kRandom: a = MADV_RANDOM; break;
       case Advice::kWillNeed: a = MADV_WILLNEED; break;
       case Advice::kDontNeed: a = MADV_DONTNEED; break;
+      case Advice::kPopulate:
+      case Advice::kRelease: return;
     }
     (void)::madvise(base_ + start, end - start, a);
   }
@@ -294,9 +325,11 @@ class PosixEnv final : public Env {
         if (size == 0)
           return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), 0, version));
         const bool priv = options.mode == FileMode::kMmapPrivate;
-        int flags = (priv ? MAP_PRIVATE : MAP_SHARED) | (options.populate ? MAP_POPULATE : 0);
+        int flags = (priv ? MAP_PRIVATE : MAP_SHARED) | (options.populate && !priv ? MAP_POPULATE : 0);
         void* base = ::mmap(nullptr, size, priv ? PROT_READ | PROT_WRITE : PROT_READ, flags, fd, 0);
         if (base == MAP_FAILED) return Status::FromErrno(errno, "cannot mmap").with_file(path);
+        if (options.populate && priv)
+          populate_read(static_cast<std::byte*>(base), size, static_cast<uint64_t>(::sysconf(_SC_PAGESIZE)));
         return std::shared_ptr<RandomAccessFile>(
             std::make_shared<MmapFile>(path, std::move(owned), size, version, base));
       }

@@ -38,6 +38,22 @@ bool natural_less(std::string_view a, std::string_view b) {
   return a.size() - i < b.size() - j;
 }
 
+std::vector<std::string> natural_key(std::string_view name) {
+  std::vector<std::string> out(1);
+  for (size_t i = 0; i < name.size();) {
+    size_t j = i;
+    while (j < name.size() && std::isdigit(static_cast<unsigned char>(name[j]))) ++j;
+    if (j > i) {
+      out.emplace_back(name.substr(i, j - i));
+      out.emplace_back();
+      i = j;
+      continue;
+    }
+    out.back() += name[i++];
+  }
+  return out;
+}
+
 void natural_sort(std::vector<std::string>& paths) {
   std::stable_sort(paths.begin(), paths.end(),
                    [](const std::string& x, const std::string& y) { return natural_less(base_name(x), base_name(y)); });

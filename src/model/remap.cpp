@@ -83,17 +83,35 @@ constexpr std::array<std::string_view, 18> kExpertSuffixes = {
 
 }  // namespace
 
+ParamLookup ParamLookup::of(const ParamNames& names) {
+  return {[&names](const std::string& n) { return names.count(n) > 0; },
+          [&names](std::string_view text) {
+            for (const auto& k : names)
+              if (k.find(text) != std::string::npos) return true;
+            return false;
+          }};
+}
+
 std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, const ParamNames& params,
                                                      const WarnFn& warn) {
+  return maybe_remap_kv_scale_name(name, ParamLookup::of(params), warn);
+}
+
+std::string maybe_remap_moe_expert_param_name(std::string_view name, const ParamNames& params) {
+  return maybe_remap_moe_expert_param_name(name, ParamLookup::of(params));
+}
+
+std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, const ParamLookup& params,
+                                                     const WarnFn& warn) {
   std::string n(name);
-  if (params.count(n)) return n;
+  if (params.contains(n)) return n;
 
   if (ends_with(name, ".kv_scale")) {
     emit(warn,
          "DEPRECATED: found kv_scale in the checkpoint; it is remapped to k_scale (and k_scale is "
          "used for v_scale). Store separate k_scale and v_scale tensors instead.");
     std::string remapped = replace_all(name, ".kv_scale", ".attn.k_scale");
-    if (!params.count(remapped)) {
+    if (!params.contains(remapped)) {
       emit(warn, "found kv_scale in the checkpoint (e.g. " + n + ") but the model has no parameter " + remapped +
                      "; kv_scale is not loaded");
       return std::nullopt;
@@ -106,12 +124,7 @@ std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, cons
     if (ends_with(name, suffix)) is_scale = true;
   if (!is_scale) return n;
 
-  bool mla = false;
-  for (const auto& key : params)
-    if (key.find("mla_attn") != std::string::npos) {
-      mla = true;
-      break;
-    }
+  const bool mla = params.any_contains("mla_attn");
   const std::string modelopt_rewrite =
       std::string(".self_attn.") + (mla ? "mla_attn.mla_attn" : "attn") + R"(.\2_scale)";
 
@@ -120,7 +133,7 @@ std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, cons
     if (!RE2::PartialMatch(input, *p.re)) continue;
     std::string remapped = n;
     RE2::Replace(&remapped, *p.re, p.uses_attn_str ? modelopt_rewrite : p.rewrite);
-    if (!params.count(remapped)) {
+    if (!params.contains(remapped)) {
       std::string scale_type = n.substr(n.rfind('.') + 1);
       emit(warn, "found " + scale_type + " in the checkpoint (e.g. " + n +
                      ") but the model has no parameter " + remapped + "; " + scale_type + " is not loaded");
@@ -131,7 +144,7 @@ std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, cons
   return n;
 }
 
-std::string maybe_remap_moe_expert_param_name(std::string_view name, const ParamNames& params) {
+std::string maybe_remap_moe_expert_param_name(std::string_view name, const ParamLookup& params) {
   std::string n(name);
   if (name.find(".experts.") == std::string_view::npos) return n;
   if (name.find(".experts.routed_experts.") != std::string_view::npos) return n;
@@ -146,7 +159,7 @@ std::string maybe_remap_moe_expert_param_name(std::string_view name, const Param
   if (!expert) return n;
   size_t at = name.find(".experts.");
   std::string candidate = n.substr(0, at) + ".experts.routed_experts." + n.substr(at + 9);
-  if (params.count(candidate)) return candidate;
+  if (params.contains(candidate)) return candidate;
   return n;
 }
 

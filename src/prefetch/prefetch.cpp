@@ -20,20 +20,33 @@ Status prefetch_impl(const std::vector<std::string>& files, const PrefetchOption
   size_t completed = 0;
   int next_pct = 10;
   auto worker = [&] {
-    auto buf = Buffer::allocate(static_cast<size_t>(o.block_size), 4096);
-    if (!buf.ok()) return;
+    Buffer buf;  // only for files that cannot be mapped
     while (!(stop && stop->load())) {
       size_t i = next.fetch_add(1);
       if (i >= total) return;
       Status st;
-      auto f = o.env->open(mine[i], {.mode = FileMode::kPread});
+      // A mapped file is brought in block by block by mapping the block's
+      // pages (read faults: no copy, no buffer) and dropping them from this
+      // process again; other sources are read into one reused buffer.
+      auto f = o.env->open(mine[i], {.mode = FileMode::kMmap});
       if (!f.ok()) {
         st = f.status();
       } else {
+        const bool mapped = (*f)->size() == 0 || (*f)->view(0, 1).ok();
+        if (!mapped && buf.size() == 0) {
+          auto b = Buffer::allocate(static_cast<size_t>(o.block_size), 4096);
+          if (!b.ok()) return;
+          buf = std::move(*b);
+        }
         (*f)->advise(0, (*f)->size(), Advice::kSequential);
         for (uint64_t off = 0; off < (*f)->size() && st.ok() && !(stop && stop->load()); off += o.block_size) {
           uint64_t n = std::min<uint64_t>(o.block_size, (*f)->size() - off);
-          st = (*f)->read_at(off, buf->span().first(static_cast<size_t>(n)));
+          if (mapped) {
+            (*f)->advise(off, n, Advice::kPopulate);
+            (*f)->advise(off, n, Advice::kRelease);
+          } else {
+            st = (*f)->read_at(off, buf.span().first(static_cast<size_t>(n)));
+          }
         }
       }
       std::lock_guard lk(mu);
@@ -56,8 +69,8 @@ Status prefetch_impl(const std::vector<std::string>& files, const PrefetchOption
 }
 
 Status check_options(const PrefetchOptions& o) {
-  if (o.threads < 1) return Status::InvalidArgument(fmt::format("prefetch thread count {} is below 1", o.threads));
-  if (o.block_size < 1) return Status::InvalidArgument("prefetch block size must be at least 1 byte");
+  if (o.threads < 1) return Status::InvalidArgument(fmt::format("prefetch num threads must be >= 1 (got {})", o.threads));
+  if (o.block_size < 1) return Status::InvalidArgument("prefetch block size must be >= 1 byte");
   if (o.block_size > (uint64_t{1} << 30)) return Status::InvalidArgument("prefetch block size is above 1 GiB");
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
     return Status::InvalidArgument(fmt::format("prefetch rank {} is outside [0, {})", o.rank, o.world_size));
@@ -76,26 +89,43 @@ Result<uint64_t> checkpoint_size_bytes(const std::vector<std::string>& files, En
   return total;
 }
 
-Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env, SystemInfo* sys) {
+AutoDecision decide_prefetch(std::string fstype, uint64_t checkpoint_bytes, uint64_t available_bytes, bool requested) {
   AutoDecision d;
-  if (files.empty()) {
-    d.reason = "auto: no files; lazy";
-    return d;
-  }
-  d.fstype = is_url(files[0]) ? std::string(url_scheme(files[0])) : filesystem_type(files[0], sys);
-  WL_ASSIGN_OR_RETURN(d.checkpoint_bytes, checkpoint_size_bytes(files, env));
-  WL_ASSIGN_OR_RETURN(d.available_bytes, available_ram_bytes(sys));
+  d.fstype = std::move(fstype);
+  d.checkpoint_bytes = checkpoint_bytes;
+  d.available_bytes = available_bytes;
   const bool net = is_network_filesystem(d.fstype);
   const bool fits = static_cast<double>(d.checkpoint_bytes) <= 0.9 * static_cast<double>(d.available_bytes);
-  d.prefetch = net && fits;
   std::string fs = d.fstype.empty() ? "unknown" : d.fstype;
   double gib = 1024.0 * 1024 * 1024;
   std::string facts = fmt::format("filesystem {}, checkpoint {:.2f} GiB, available RAM {:.2f} GiB", fs,
                                   d.checkpoint_bytes / gib, d.available_bytes / gib);
+  if (requested) {
+    d.prefetch = true;
+    d.warn = !fits;
+    d.reason = fits ? fmt::format("prefetch ({})", facts)
+                    : fmt::format("prefetch requested although the checkpoint exceeds 90% of available RAM ({}): "
+                                  "this may run out of memory", facts);
+    return d;
+  }
+  d.prefetch = net && fits;
+  d.warn = net && !fits;
   if (d.prefetch) d.reason = fmt::format("auto: prefetch ({}: network filesystem and it fits in 90% of RAM)", facts);
   else if (net) d.reason = fmt::format("auto: lazy ({}: network filesystem but the checkpoint exceeds 90% of RAM)", facts);
-  else d.reason = fmt::format("auto: lazy ({}: not a network filesystem)", facts);
+  else d.reason = fmt::format("auto: lazy ({}: not a network filesystem; request prefetch explicitly to force it)", facts);
   return d;
+}
+
+Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env, SystemInfo* sys) {
+  if (files.empty()) {
+    AutoDecision d;
+    d.reason = "auto: no files; lazy";
+    return d;
+  }
+  std::string fstype = is_url(files[0]) ? std::string(url_scheme(files[0])) : filesystem_type(files[0], sys);
+  WL_ASSIGN_OR_RETURN(uint64_t total, checkpoint_size_bytes(files, env));
+  WL_ASSIGN_OR_RETURN(uint64_t avail, available_ram_bytes(sys));
+  return decide_prefetch(std::move(fstype), total, avail);
 }
 
 Status prefetch_files(const std::vector<std::string>& files, const PrefetchOptions& options) {

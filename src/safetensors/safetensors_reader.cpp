@@ -9,6 +9,8 @@
 #include "util/utf8.h"
 #include "weightlift/safetensors.h"
 
+#include "weightlift/shard.h"
+
 namespace wl {
 
 namespace {
@@ -255,28 +257,33 @@ Result<Tensor> SafetensorsFile::read(std::string_view name) const {
   return out;
 }
 
-Result<Tensor> SafetensorsFile::read_rows(std::string_view name, int64_t begin, int64_t end) const {
+Result<Tensor> SafetensorsFile::read_slice(std::string_view name, int dim, int64_t begin, int64_t end) const {
   const TensorInfo* t = find(name);
   if (t == nullptr) return Status::NotFound("no such tensor in file").with_file(path()).with_tensor(name);
   if (t->shape.empty())
-    return Status::InvalidArgument("cannot slice rows of a 0-dim tensor").with_file(path()).with_tensor(name);
-  const int64_t rows = t->shape[0];
+    return Status::InvalidArgument("cannot slice a 0-dim tensor").with_file(path()).with_tensor(name);
+  const int nd = static_cast<int>(t->shape.size());
+  const int d = dim < 0 ? dim + nd : dim;
+  if (d < 0 || d >= nd)
+    return Status::InvalidArgument(fmt::format("slice dim {} is out of range for shape {}", dim, shape_to_string(t->shape)))
+        .with_file(path()).with_tensor(name);
   if (begin < 0 || end < begin)
-    return Status::InvalidArgument(fmt::format("invalid row range [{}, {})", begin, end)).with_file(path()).with_tensor(name);
-  begin = std::min(begin, rows);
-  end = std::min(end, rows);
-  Shape shape = t->shape;
-  shape[0] = end - begin;
-  WL_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(t->dtype, shape));
-  if (rows == 0 || out.nbytes() == 0) return out;
-  const uint64_t row_bytes = t->nbytes / static_cast<uint64_t>(rows);
-  const uint64_t off = t->offset + static_cast<uint64_t>(begin) * row_bytes;
-  if (eager_) {
-    std::memcpy(out.mutable_bytes().data(), eager_->data() + off, out.nbytes());
-    return out;
+    return Status::InvalidArgument(fmt::format("invalid slice [{}, {})", begin, end)).with_file(path()).with_tensor(name);
+  begin = std::min(begin, t->shape[d]);
+  end = std::min(end, t->shape[d]);
+  auto l = slice_layout(t->dtype, t->shape, d, begin, end - begin);
+  if (!l.ok()) return Status(l.status()).with_file(path()).with_tensor(name);
+  WL_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(t->dtype, l->shape));
+  std::byte* dst = out.mutable_bytes().data();
+  for (uint64_t i = 0; i < l->outer && l->run > 0; ++i) {
+    const uint64_t off = t->offset + l->first + i * l->stride;
+    if (eager_) {
+      std::memcpy(dst + i * l->run, eager_->data() + off, l->run);
+      continue;
+    }
+    Status s = file_->read_at(off, std::span(dst + i * l->run, l->run));
+    if (!s.ok()) return std::move(s).with_tensor(name);
   }
-  Status s = file_->read_at(off, out.mutable_bytes());
-  if (!s.ok()) return std::move(s).with_tensor(name);
   return out;
 }
 

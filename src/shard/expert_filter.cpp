@@ -30,6 +30,12 @@ std::optional<int64_t> parse_expert_id(std::string_view name) {
   }
 }
 
+Result<ExpertPlacement> parse_expert_placement(std::string_view text) {
+  if (text == "linear") return ExpertPlacement::kLinear;
+  if (text == "round_robin") return ExpertPlacement::kRoundRobin;
+  return Status::InvalidArgument("Unknown expert placement strategy: " + std::string(text));
+}
+
 Result<std::optional<std::set<int64_t>>> compute_local_expert_ids(int64_t num_experts, int64_t ep_size,
                                                                   int64_t ep_rank, ExpertPlacement placement) {
   if (num_experts < 0) return Status::InvalidArgument(fmt::format("number of experts {} is negative", num_experts));

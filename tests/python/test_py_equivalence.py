@@ -113,6 +113,23 @@ def test_every_dtype_matches(mixed_file, strategy):
         assert _same(got[k], t[k]), k
 
 
+def test_eager_order_is_keys_order(synth_model):
+    """The reference's eager path yields safetensors.torch.load()'s dict, whose
+    order is a hash order that changes from process to process; ours is the
+    same tensors file by file in keys() order, as lazy."""
+    from safetensors.torch import load as st_load
+
+    _, files = synth_model
+    expected, loaded = [], set()
+    for f in sorted(files, key=vllm_compat._natural_sort_key):
+        with st_safe_open(f, framework="pt") as h:
+            expected += list(h.keys())
+        with open(f, "rb") as h:
+            loaded |= set(st_load(h.read()))
+    got = [n for n, _ in vllm_compat.safetensors_weights_iterator(files, False, "eager")]
+    assert got == expected and set(got) == loaded
+
+
 def test_multi_thread_iterator_matches(synth_model):
     _, files = synth_model
     ref = _reference_safetensors(files)
@@ -187,16 +204,45 @@ def test_safe_open_matches(mixed_file):
             assert _same(a[1:3], b[1:3]) and _same(a[:1], b[:1]) and _same(a[2:], b[2:])
 
 
-def test_safe_open_numpy_is_read_only(mixed_file):
+def test_safe_open_numpy_is_writable_like_safetensors(mixed_file):
+    """safetensors 0.8 hands out writable numpy arrays (get_tensor, get_tensors,
+    slices); so do we, and a write never reaches the file."""
     p, t = mixed_file
-    with weightlift.safe_open(p, framework="np") as f:
-        a = f.get_tensor("f32")
+    with weightlift.safe_open(p, framework="np") as f, st_safe_open(p, framework="np") as r:
+        a, b = f.get_tensor("f32"), r.get_tensor("f32")
         assert (a == t["f32"].numpy()).all()
-        assert not a.flags.writeable
-        with pytest.raises(ValueError):
-            a[0, 0] = 1.0
+        assert a.flags.writeable == b.flags.writeable
+        assert f.get_slice("f32")[1:3].flags.writeable == r.get_slice("f32")[1:3].flags.writeable
+        a[0, 0] = 1.0
         with pytest.raises(TypeError, match="BF16"):
             f.get_tensor("bf16")
+    assert _same(st_load_file(p)["f32"], t["f32"])
+
+
+def test_get_tensors_matches_safetensors(mixed_file):
+    p, _ = mixed_file
+    with weightlift.safe_open(p, framework="pt") as f, st_safe_open(p, framework="pt") as r:
+        ours, theirs = f.get_tensors(), r.get_tensors()
+        assert list(ours) == list(theirs)  # offset order
+        for k in theirs:
+            assert _same(ours[k], theirs[k]), k
+
+
+def test_get_slice_any_dim_matches_safetensors(mixed_file):
+    p, _ = mixed_file
+    with weightlift.safe_open(p) as f, st_safe_open(p, framework="pt") as r:
+        for k, index in (("f32", (slice(None), slice(1, 4))), ("bf16", (slice(None), slice(1, 3), slice(None))),
+                         ("bf16", (slice(None), slice(None), slice(0, 1))), ("f32", (slice(2, 5), 1)),
+                         ("i64", slice(3, None)), ("f32", (slice(None), slice(4, 2)))):
+            assert _same(f.get_slice(k)[index], r.get_slice(k)[index]), (k, index)
+
+
+def test_safe_open_pread_backend(mixed_file):
+    p, t = mixed_file
+    with weightlift.safe_open(p, framework="pt", backend="pread") as f:
+        assert _same(f.get_tensor("i64"), t["i64"])
+    with pytest.raises(ValueError, match="backend 'gds'"):
+        weightlift.safe_open(p, backend="gds")
 
 
 def test_tensors_are_private_and_writable(mixed_file):
