@@ -177,13 +177,11 @@ Result<SafetensorsHeader> read_safetensors_header(const RandomAccessFile& file) 
     return corrupt(file.path(), fmt::format("header length {} exceeds the {} byte limit", n, kSafetensorsMaxHeader));
   if (n > size - 8)
     return corrupt(file.path(), fmt::format("header length {} is past the end of the file ({} bytes)", n, size));
+  // Read, never faulted from a mapping: a fault on a cold page reads a whole
+  // readahead window around it (8 MiB on some disks), which would pull the
+  // payload into the page cache outside the planner's reads.
   std::string text(n, '\0');
-  auto view = file.view(8, n);
-  if (view.ok()) {
-    if (n) std::memcpy(text.data(), view->data(), n);
-  } else {
-    WL_RETURN_IF_ERROR(file.read_at(8, std::as_writable_bytes(std::span(text.data(), text.size()))));
-  }
+  WL_RETURN_IF_ERROR(file.read_at(8, std::as_writable_bytes(std::span(text.data(), text.size()))));
   return parse_safetensors_header(text, size, file.path());
 }
 

@@ -392,7 +392,14 @@ def make_handler(state, is_cdn):
             with open(fi.path, "rb") as f:
                 f.seek(start)  # the corrupt mode reads; sendfile takes explicit offsets
                 while sent < limit:
-                    want = min(CHUNK, limit - sent)
+                    # Throttled: small pieces, each sent only once the rate allows it
+                    # (a range of one CHUNK would otherwise leave at full speed).
+                    piece = CHUNK if state.rate <= 0 else max(4096, min(CHUNK, state.rate // 20))
+                    want = min(piece, limit - sent)
+                    if state.rate > 0:
+                        ahead = (sent + want) / state.rate - (time.monotonic() - t0)
+                        if ahead > 0:
+                            time.sleep(ahead)
                     try:
                         if mode == "corrupt" and sent == 0:
                             b = f.read(want)
@@ -409,10 +416,6 @@ def make_handler(state, is_cdn):
                     sent += n
                     with state.lock:
                         state.bytes[name] = state.bytes.get(name, 0) + n
-                    if state.rate > 0:
-                        ahead = sent / state.rate - (time.monotonic() - t0)
-                        if ahead > 0:
-                            time.sleep(ahead)
             if mode == "reset":
                 self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
                 self.close_connection = True

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import weightlift
-from weightlift import _core, _gpu
+from weightlift import _core, _distributed, _engine, _gpu
 from weightlift.vllm_compat import fastsafetensors_weights_iterator, instanttensor_weights_iterator
 
 NO_GPU = _core.gpu_device_count() == 0 or not torch.cuda.is_available()
@@ -45,14 +45,14 @@ def test_without_a_gpu_the_iterators_name_what_is_missing(shards):
         _gpu.pt_items_on_device(shards[0], {"cuda:1": "cuda:0"})
     # The engine itself refuses a device it cannot use, naming why.
     with pytest.raises(Exception, match=_core.gpu_unavailable_reason().split(":")[0]):
-        _core.Stream(shards, "stream", 1 << 30, {"device": "cuda:0"})
+        _engine.open_stream(shards, max_queued_bytes=1 << 30, strategy="stream", device="cuda:0")
 
 
 def test_bad_device_options_are_value_errors(shards):
     with pytest.raises(ValueError, match="unknown device 'gpu0'"):
-        _core.Stream(shards, "stream", 1 << 30, {"device": "gpu0"})
+        _engine.options(device="gpu0")
     with pytest.raises(ValueError, match="gds must be auto, on or off, not 'maybe'"):
-        _core.Stream(shards, "stream", 1 << 30, {"gds": "maybe"})
+        _engine.options(gds="maybe")
     with pytest.raises(ValueError, match="unknown device"):
         _gpu._device_name("tpu", "x")
 
@@ -135,12 +135,14 @@ def test_instanttensor_device_order_and_group(shards, monkeypatch, fake_cuda):
 
 def test_a_process_group_goes_to_the_engine(shards, monkeypatch):
     assert _gpu._collective_options(None) == {}
-    pg = object()
+    pg, made = object(), []
     monkeypatch.setattr(_gpu, "_group_size", lambda g: 2)
-    assert _gpu._collective_options(pg) == {"process_group": pg}
-    # Until the engine's distributed loading takes it, the option is refused by name.
-    with pytest.raises(ValueError, match="process_group"):
-        _core.Stream(shards, "stream", 1 << 30, {"process_group": pg})
+    monkeypatch.setattr(_distributed, "collective_for_group", lambda g: made.append(g) or "collective-of-pg")
+    # A group of more than one rank becomes the engine's collective (its distributed loading).
+    assert _gpu._collective_options(pg) == {"collective": "collective-of-pg"}
+    assert made == [pg]
+    monkeypatch.setattr(_gpu, "_group_size", lambda g: 1)
+    assert _gpu._collective_options(pg) == {}
 
 
 def test_the_engine_device_path_on_the_fake_backend(shards):
@@ -150,7 +152,7 @@ def test_the_engine_device_path_on_the_fake_backend(shards):
     code = textwrap.dedent(f"""
         import ctypes
         from torch.utils import dlpack
-        from weightlift import _core
+        from weightlift import _core, _engine
 
         def device_of(capsule):  # DLManagedTensor -> DLTensor {{void* data; DLDevice {{int32 type, id}}}}
             get = ctypes.pythonapi.PyCapsule_GetPointer
@@ -161,7 +163,7 @@ def test_the_engine_device_path_on_the_fake_backend(shards):
 
         files = _core.natural_sort({shards!r})
         def load(engine, strategy="stream"):
-            return [(n, d) for n, _, _, _, d in _core.Stream(files, strategy, 1 << 30, engine)]
+            return [(n, d) for n, _, _, _, d in _engine.open_stream(files, max_queued_bytes=1 << 30, strategy=strategy, **engine)]
         lazy = load({{}}, "lazy")  # file order, then offset order
         host = {{n: dlpack.from_dlpack(d).numpy().tobytes() for n, d in lazy}}
         pinned = load({{"device": "pinned", "ordered": True}})
