@@ -191,7 +191,7 @@ class Stream {
       return !stop_;
     };
     worker_ = std::thread([this, files = std::move(files)] {
-      auto r = wl::load_files(files, opts_, [this](wl::LoadedTensor&& t) -> wl::Status {
+      auto push = [this](wl::LoadedTensor&& t) -> wl::Status {
         std::unique_lock lk(mu_);
         // Always admit one tensor, however large, so the queue cannot deadlock.
         can_push_.wait(lk, [&] { return stop_ || queue_.empty() || queued_ + t.view.nbytes() <= max_bytes_; });
@@ -200,7 +200,23 @@ class Stream {
         queue_.push_back(std::move(t));
         can_pop_.notify_one();
         return wl::Status::Ok();
+      };
+      // ordered: tensors leave in checkpoint order (file, then offset); one
+      // that finishes early waits here (within the engine's memory window).
+      std::map<uint64_t, wl::LoadedTensor> held;
+      uint64_t next_ordinal = 0;
+      auto r = wl::load_files(files, opts_, [&](wl::LoadedTensor&& t) -> wl::Status {
+        if (!ordered_) return push(std::move(t));
+        held.emplace(t.ordinal, std::move(t));
+        while (!held.empty() && held.begin()->first == next_ordinal) {
+          auto node = held.extract(held.begin());
+          ++next_ordinal;
+          WL_RETURN_IF_ERROR(push(std::move(node.mapped())));
+        }
+        return wl::Status::Ok();
       });
+      for (auto& [_, t] : held)
+        if (r.ok() && !push(std::move(t)).ok()) break;
       std::lock_guard lk(mu_);
       if (!r.ok()) status_ = std::move(r).status();
       else stats_ = *r;
@@ -215,6 +231,7 @@ class Stream {
   void configure(const nb::dict& engine) {
     for (auto [k, v] : engine) {
       std::string key = nb::cast<std::string>(k);
+      if (key == "ordered") { ordered_ = nb::cast<bool>(v); continue; }
 #if __has_include("weightlift/shard.h")  // the engine with parallel strategies, TP and EP
       if (key == "threads") { opts_.threads = nb::cast<int>(v); continue; }
       if (key == "block_size") { opts_.block_size = nb::cast<uint64_t>(v); continue; }
@@ -304,6 +321,7 @@ class Stream {
 
  private:
   wl::LoadOptions opts_;
+  bool ordered_ = false;
   uint64_t max_bytes_;
   std::mutex mu_;
   std::condition_variable can_push_, can_pop_;

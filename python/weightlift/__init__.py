@@ -46,5 +46,6 @@ from ._hub import (  # noqa: F401  (download_weights_from_hf: the reference's, p
     hub_weights_iterator,
     maybe_download_from_modelscope,
 )
+from ._objstore import runai_safetensors_weights_iterator  # noqa: F401
 
 __version__ = "0.1.0"

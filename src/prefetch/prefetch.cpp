@@ -29,6 +29,8 @@ Status prefetch_impl(const std::vector<std::string>& files, const PrefetchOption
       auto f = o.env->open(mine[i], {.mode = FileMode::kPread});
       if (!f.ok()) {
         st = f.status();
+      } else if ((*f)->is_remote()) {
+        // Nothing to warm: a remote object does not go through the page cache.
       } else {
         (*f)->advise(0, (*f)->size(), Advice::kSequential);
         for (uint64_t off = 0; off < (*f)->size() && st.ok() && !(stop && stop->load()); off += o.block_size) {
@@ -82,7 +84,13 @@ Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env
     d.reason = "auto: no files; lazy";
     return d;
   }
-  d.fstype = is_url(files[0]) ? std::string(url_scheme(files[0])) : filesystem_type(files[0], sys);
+  if (is_url(files[0])) {
+    d.fstype = std::string(url_scheme(files[0]));
+    d.stream = true;
+    d.reason = fmt::format("auto: stream ({}:// is a remote source: parallel ranged reads into the tensors)", d.fstype);
+    return d;
+  }
+  d.fstype = filesystem_type(files[0], sys);
   WL_ASSIGN_OR_RETURN(d.checkpoint_bytes, checkpoint_size_bytes(files, env));
   WL_ASSIGN_OR_RETURN(d.available_bytes, available_ram_bytes(sys));
   const bool net = is_network_filesystem(d.fstype);
