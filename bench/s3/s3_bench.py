@@ -2,10 +2,13 @@
 """Object-storage benchmark: one loopback SeaweedFS (signatures checked), one
 synthesized checkpoint, every reader side by side in the same run.
 
-  .venv/bin/python bench/s3/s3_bench.py [--size 2GB] [--shards 4] [--runs 1] [--skip NAME ...]
+  .venv/bin/python bench/s3/s3_bench.py [--size 2GB] [--shards 4] [--runs 3] [--skip NAME ...]
 
-Readers (each in its own process; wall time of the whole read and that
-process's peak RSS, from wait4):
+Readers, each in its own process. Time: the read itself (the CLI's engine time;
+for Python readers from after their imports, which cost torch's ~2-3 s and ~0.5 GiB
+here; curl's whole run). Peak RSS: the process's, from wait4, and for Python
+readers also beyond what the imports took. Every reader's byte count is checked.
+The best of --runs rounds is reported; a round runs every reader once.
   weightlift-cli     weightlift load s3://.../ (auto -> stream; keeps every tensor, so RSS includes the output)
   weightlift-py      runai_safetensors_weights_iterator over the same URLs (tensors dropped as consumed)
   runai-streamer     runai-model-streamer + runai-model-streamer-s3, SafetensorsStreamer as the
@@ -58,33 +61,34 @@ def run_measured(argv, env, cwd=None):
     return dt, ru.ru_maxrss * 1024, so, se
 
 
+# Each Python reader prints "<tensor bytes> <seconds after imports> <RSS KiB after imports>".
 PY_WEIGHTLIFT = r"""
-import sys, weightlift
-n = 0
+import resource, sys, time, weightlift
+base, t0, n = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic(), 0
 for name, t in weightlift.runai_safetensors_weights_iterator(sys.argv[1:], use_tqdm_on_load=False):
     n += t.numel() * t.element_size()
-print(n)
+print(n, time.monotonic() - t0, base)
 """
 
 PY_RUNAI = r"""
-import sys
+import resource, sys, time
 from runai_model_streamer import SafetensorsStreamer
-n = 0
+base, t0, n = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic(), 0
 with SafetensorsStreamer() as streamer:
     streamer.stream_files(sys.argv[1:])
     for name, t in streamer.get_tensors():
         t = t.clone()  # the reference clones out of the streamer's reused buffer
         n += t.numel() * t.element_size()
-print(n)
+print(n, time.monotonic() - t0, base)
 """
 
 PY_BOTO3 = r"""
-import os, sys, tempfile, boto3
+import os, resource, sys, tempfile, time, boto3
 from boto3.s3.transfer import TransferConfig
 from safetensors.torch import load_file
+base, t0, n = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.monotonic(), 0
 s3 = boto3.client("s3", endpoint_url=os.environ["AWS_ENDPOINT_URL"], region_name="us-east-1")
 cfg = TransferConfig(multipart_threshold=8 << 20, multipart_chunksize=8 << 20, max_concurrency=16)
-n = 0
 with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
     for url in sys.argv[1:]:
         bucket, key = url[5:].split("/", 1)
@@ -93,29 +97,42 @@ with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_TMP")) as d:
         for t in load_file(local).values():
             n += t.numel() * t.element_size()
         os.remove(local)
-print(n)
+print(n, time.monotonic() - t0, base)
 """
 
 
 def limit_cmd(server, sizes, workdir):
-    """A curl config: every byte of every object in CHUNK ranges, CONNECTIONS at once, into /dev/null."""
+    """curl fetching every byte of every object in CHUNK ranges, CONNECTIONS at once, into /dev/null.
+    One operation per range ("next" resets per-URL options such as range; curl would otherwise
+    apply the last range to every URL); each prints its status and size for the check."""
     cfg = os.path.join(workdir, "ranges.curl")
     with open(cfg, "w") as f:
+        first = True
         for key, size in sizes.items():
             for off in range(0, size, CHUNK):
-                f.write(f'url = "{server.endpoint}/{BUCKET}/{key}"\n')
-                f.write(f'range = "{off}-{min(off + CHUNK, size) - 1}"\noutput = "/dev/null"\n')
-    return ["curl", "-sSf", "--parallel", "--parallel-max", str(CONNECTIONS), "--aws-sigv4", "aws:amz:us-east-1:s3",
-            "--user", f"{server.access_key}:{server.secret_key}",
-            "-H", "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
-            "-K", cfg]
+                if not first:
+                    f.write("next\n")
+                first = False
+                f.write(f'url = "{server.endpoint}/{BUCKET}/{key}"\n'
+                        f'range = "{off}-{min(off + CHUNK, size) - 1}"\noutput = "/dev/null"\n'
+                        f'aws-sigv4 = "aws:amz:us-east-1:s3"\nuser = "{server.access_key}:{server.secret_key}"\n'
+                        'header = "x-amz-content-sha256: '
+                        'e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"\n'
+                        'fail\nsilent\nshow-error\nwrite-out = "%{http_code} %{size_download}\\n"\n')
+    return ["curl", "--parallel", "--parallel-max", str(CONNECTIONS), "-K", cfg]
+
+
+def check_limit_output(stdout, total):
+    got = sum(int(line.split()[1]) for line in stdout.splitlines() if line.strip())
+    if got != total:
+        raise RuntimeError(f"curl fetched {got} bytes, not {total}")
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--size", default="2GB", help="checkpoint size for `weightlift synth` (default 2GB)")
     ap.add_argument("--shards", type=int, default=4)
-    ap.add_argument("--runs", type=int, default=1, help="runs of each reader; the best is reported")
+    ap.add_argument("--runs", type=int, default=3, help="rounds (every reader once each); the best is reported")
     ap.add_argument("--skip", nargs="*", default=[], help="readers to leave out")
     ap.add_argument("--no-install", action="store_true", help="do not pip-install bench/s3/requirements.txt")
     ap.add_argument("--json", help="also write the results here")
@@ -142,6 +159,8 @@ def main():
         shards = sorted(n for n in sizes if n.endswith(".safetensors"))
         urls = [f"s3://{BUCKET}/{k}" for k in shards]
         total = sum(sizes[k] for k in shards)
+        total_tensor_bytes = int(subprocess.run([CLI, "load", model, "--no-progress"], capture_output=True,
+                                                text=True, check=True).stderr.split("tensors, ")[1].split()[0])
         env = dict(os.environ, **server.env(), RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0",
                    AWS_EC2_METADATA_DISABLED="true", BENCH_TMP=work)
         readers = {
@@ -152,26 +171,39 @@ def main():
             "limit": limit_cmd(server, {k: sizes[k] for k in shards}, work),
         }
         results = {}
-        for name, argv in readers.items():
-            if name in a.skip:
-                continue
-            best = None
-            for _ in range(a.runs):
+        best = {}
+        # Rounds: every reader once per round, so that load on the shared machine spreads evenly.
+        for _ in range(a.runs):
+            for name, argv in readers.items():
+                if name in a.skip or best.get(name, 0) is None:
+                    continue
                 try:
-                    dt, rss, so, se = run_measured(argv, env)
-                except RuntimeError as e:
+                    wall, rss, so, se = run_measured(argv, env)
+                    base = 0
+                    if name == "limit":
+                        check_limit_output(so, total)
+                        got, dt = total_tensor_bytes, wall
+                    elif name == "weightlift-cli":  # the engine's own time, as the CLI reports it
+                        m = re.search(r"tensors, (\d+) bytes from \d+ files in ([0-9.]+) s", se)
+                        got, dt = int(m.group(1)), float(m.group(2))
+                    else:
+                        got, dt, base = so.split()[-3:]
+                        got, dt, base = int(got), float(dt), int(base) * 1024
+                    if got != total_tensor_bytes:
+                        raise RuntimeError(f"read {got} tensor bytes, not {total_tensor_bytes}")
+                except (RuntimeError, ValueError, AttributeError) as e:
                     print(f"{name}: {e}", file=sys.stderr)
-                    best = None
-                    break
-                if name == "weightlift-cli":  # the engine's own time (after planning) is in its last line
-                    m = re.search(r"in ([0-9.]+) s", se)
-                    print(f"  weightlift-cli: engine {m.group(1) if m else '?'} s, process {dt:.2f} s", file=sys.stderr)
-                if best is None or dt < best[0]:
-                    best = (dt, rss)
-            if best:
-                results[name] = {"seconds": best[0], "gbps": total / best[0] / 1e9, "peak_rss_mib": best[1] / 2**20}
-                print(f"{name:18s} {best[0]:7.2f} s  {total / best[0] / 1e9:6.2f} GB/s  peak RSS {best[1] / 2**20:8.0f} MiB",
-                      file=sys.stderr)
+                    best[name] = None
+                    continue
+                print(f"  {name:18s} {dt:7.2f} s  {total / dt / 1e9:6.2f} GB/s  peak RSS {rss / 2**20:7.0f} MiB"
+                      f" ({(rss - base) / 2**20:.0f} MiB beyond imports)  process {wall:.2f} s", file=sys.stderr)
+                if name not in best or dt < best[name][0]:
+                    best[name] = (dt, rss, base, wall)
+        for name in readers:
+            if best.get(name):
+                dt, rss, base, wall = best[name]
+                results[name] = {"seconds": dt, "gbps": total / dt / 1e9, "peak_rss_mib": rss / 2**20,
+                                 "rss_beyond_imports_mib": (rss - base) / 2**20, "process_seconds": wall}
         print_table(results, total)
         if a.json:
             with open(a.json, "w") as f:
@@ -186,12 +218,12 @@ def print_table(results, total):
     lim = results.get("limit", {}).get("gbps")
     runai = results.get("runai-streamer", {}).get("gbps")
     print(f"checkpoint: {total / 1e9:.2f} GB over loopback SeaweedFS\n")
-    print("| reader | GB/s | peak RSS (MiB) | vs Run:ai streamer | vs server limit |")
-    print("|---|---:|---:|---:|---:|")
+    print("| reader | GB/s | vs Run:ai streamer | vs server limit | peak RSS (MiB) | RSS beyond imports (MiB) |")
+    print("|---|---:|---:|---:|---:|---:|")
     for name, r in results.items():
         vr = f"{r['gbps'] / runai:.2f}x" if runai else "-"
         vl = f"{r['gbps'] / lim:.0%}" if lim else "-"
-        print(f"| {name} | {r['gbps']:.2f} | {r['peak_rss_mib']:.0f} | {vr} | {vl} |")
+        print(f"| {name} | {r['gbps']:.2f} | {vr} | {vl} | {r['peak_rss_mib']:.0f} | {r['rss_beyond_imports_mib']:.0f} |")
 
 
 if __name__ == "__main__":

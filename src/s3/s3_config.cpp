@@ -93,6 +93,18 @@ Result<std::string> normalize_endpoint(std::string e, const std::string& from) {
   return scheme + "://" + rest;
 }
 
+// A key pair from two variables (and a session token from a third, if named):
+// nullopt when neither is set; only one of them is kInvalidArgument.
+Result<std::optional<S3Credentials>> key_pair(const EnvLookup& env, const std::string& id_var,
+                                              const std::string& secret_var, const std::string& token_var) {
+  std::string id = get(env, id_var), secret = get(env, secret_var);
+  if (id.empty() != secret.empty())
+    return Status::InvalidArgument(id.empty() ? secret_var + " is set but " + id_var + " is not"
+                                              : id_var + " is set but " + secret_var + " is not");
+  if (id.empty()) return std::optional<S3Credentials>();
+  return std::optional<S3Credentials>(S3Credentials{id, secret, token_var.empty() ? "" : get(env, token_var)});
+}
+
 bool dns_compatible(std::string_view bucket) {
   if (bucket.size() < 3 || bucket.size() > 63) return false;
   for (char c : bucket)
@@ -158,12 +170,8 @@ Result<S3Config> resolve_s3_config(std::string_view scheme, const EnvLookup& env
                                                        ep.empty() ? "the default" : "WEIGHTLIFT_GS_ENDPOINT_URL"));
     if (c.addressing == S3Addressing::kAuto) c.addressing = S3Addressing::kPath;
     if (c.anonymous) return c;
-    std::string id = get(env, "GS_ACCESS_KEY_ID"), secret = get(env, "GS_SECRET_ACCESS_KEY");
-    if (id.empty() != secret.empty())
-      return Status::InvalidArgument(id.empty() ? "GS_SECRET_ACCESS_KEY is set but GS_ACCESS_KEY_ID is not"
-                                                : "GS_ACCESS_KEY_ID is set but GS_SECRET_ACCESS_KEY is not");
-    if (!id.empty()) {
-      c.credentials = S3Credentials{id, secret, ""};
+    WL_ASSIGN_OR_RETURN(c.credentials, key_pair(env, "GS_ACCESS_KEY_ID", "GS_SECRET_ACCESS_KEY", ""));
+    if (c.credentials) {
       c.credentials_source = "HMAC keys from the environment (GS_ACCESS_KEY_ID)";
       return c;
     }
@@ -235,12 +243,8 @@ Result<S3Config> resolve_s3_config(std::string_view scheme, const EnvLookup& env
   WL_ASSIGN_OR_RETURN(c.endpoint, normalize_endpoint(ep, ep_from));
   if (c.anonymous) return c;
 
-  std::string id = get(env, "AWS_ACCESS_KEY_ID"), secret = get(env, "AWS_SECRET_ACCESS_KEY");
-  if (id.empty() != secret.empty())
-    return Status::InvalidArgument(id.empty() ? "AWS_SECRET_ACCESS_KEY is set but AWS_ACCESS_KEY_ID is not"
-                                              : "AWS_ACCESS_KEY_ID is set but AWS_SECRET_ACCESS_KEY is not");
-  if (!id.empty()) {
-    c.credentials = S3Credentials{id, secret, get(env, "AWS_SESSION_TOKEN")};
+  WL_ASSIGN_OR_RETURN(c.credentials, key_pair(env, "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"));
+  if (c.credentials) {
     c.credentials_source = "the environment (AWS_ACCESS_KEY_ID)";
   } else {
     for (auto [sec, path] : {std::pair{cred_sec, cred_path}, std::pair{conf_sec, conf_path}}) {

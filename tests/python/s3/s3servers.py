@@ -81,6 +81,19 @@ class _Server:
         return {"AWS_ENDPOINT_URL": endpoint or self.endpoint, "AWS_ACCESS_KEY_ID": self.access_key,
                 "AWS_SECRET_ACCESS_KEY": self.secret_key, "AWS_REGION": self.region}
 
+    def stop(self) -> None:
+        """Ends the server's process group (each server runs in its own session) and removes its files."""
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.proc.pid, 15)
+                self.proc.wait(15)
+            except (subprocess.TimeoutExpired, ProcessLookupError):
+                try:
+                    os.killpg(self.proc.pid, 9)
+                except ProcessLookupError:
+                    pass
+        shutil.rmtree(self.dir, ignore_errors=True)
+
     def check_signatures_enforced(self) -> None:
         import botocore
 
@@ -105,7 +118,8 @@ class MotoServer(_Server):
         self.endpoint = f"http://127.0.0.1:{port}"
         env = dict(os.environ, INITIAL_NO_AUTH_ACTION_COUNT=str(self._BOOTSTRAP_CALLS))
         self.proc = subprocess.Popen([os.path.join(BIN, "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
-                                     stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env)
+                                     stdout=open(self.log, "wb"), stderr=subprocess.STDOUT, env=env,
+                                     start_new_session=True)
         try:
             _wait_http(self.endpoint + "/moto-api/", 30, self.proc, self.log)
             import boto3
@@ -121,15 +135,6 @@ class MotoServer(_Server):
         except BaseException:
             self.stop()
             raise
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class SeaweedServer(_Server):
@@ -173,17 +178,6 @@ class SeaweedServer(_Server):
             self.stop()
             raise
 
-    def stop(self):
-        if self.proc.poll() is None:
-            try:
-                os.killpg(self.proc.pid, 15)
-                self.proc.wait(15)
-            except (subprocess.TimeoutExpired, ProcessLookupError):
-                try:
-                    os.killpg(self.proc.pid, 9)
-                except ProcessLookupError:
-                    pass
-        shutil.rmtree(self.dir, ignore_errors=True)
 
 
 class FaultProxy:
