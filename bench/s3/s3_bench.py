@@ -15,6 +15,9 @@ The best of --runs rounds is reported; a round runs every reader once.
                      reference drives it (stream_files, get_tensors, clone)
   boto3+safetensors  boto3 download_file of every shard (multipart, 16 threads) then safetensors.torch.load_file
   limit              the server's own limit: curl fetching every byte in 8 MiB ranges, 16 in parallel, into /dev/null
+  local-page-cache   calibration, not a peer: weightlift load of the local copy (stream, from the page cache) into
+                     the same amount of fresh memory; on this VM first-touching ~2 GB of new pages can cost seconds
+                     (kernel page zeroing: clear_page_erms in perf), which the CLI pays and curl into /dev/null does not
 
 Bench-only packages: bench/s3/requirements.txt (installed by this script into
 the project's .venv unless --no-install). Numbers are noisy: the machine is
@@ -169,6 +172,7 @@ def main():
             "runai-streamer": [sys.executable, "-c", PY_RUNAI, *urls],
             "boto3+safetensors": [sys.executable, "-c", PY_BOTO3, *urls],
             "limit": limit_cmd(server, {k: sizes[k] for k in shards}, work),
+            "local-page-cache": [CLI, "load", model, "--strategy", "stream", "--direct", "off", "--no-progress"],
         }
         results = {}
         best = {}
@@ -183,7 +187,7 @@ def main():
                     if name == "limit":
                         check_limit_output(so, total)
                         got, dt = total_tensor_bytes, wall
-                    elif name == "weightlift-cli":  # the engine's own time, as the CLI reports it
+                    elif name in ("weightlift-cli", "local-page-cache"):  # the engine's own time, as the CLI reports it
                         m = re.search(r"tensors, (\d+) bytes from \d+ files in ([0-9.]+) s", se)
                         got, dt = int(m.group(1)), float(m.group(2))
                     else:

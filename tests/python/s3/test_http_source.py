@@ -9,7 +9,7 @@ import re
 import threading
 
 import pytest
-from conftest import checksums, sh
+from .s3cli import checksums, sh
 
 
 class RangeHandler(http.server.SimpleHTTPRequestHandler):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from conftest import BUCKET, checksums, sh, upload
+from .s3cli import BUCKET, checksums, sh, upload
 
 URL = f"s3://{BUCKET}/llama/"
 

@@ -8,7 +8,7 @@ import os
 import struct
 
 import pytest
-from conftest import BUCKET, UNRELATED, checksums, sh, sha256
+from .s3cli import BUCKET, UNRELATED, checksums, sh, sha256
 
 URL = f"s3://{BUCKET}/llama/"
 STRATEGIES = ["lazy", "eager", "threads", "prefetch", "stream", "auto"]
