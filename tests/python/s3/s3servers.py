@@ -188,6 +188,8 @@ class FaultProxy:
       "reset:N"      relay the answer, but reset the connection after N body bytes
       "short"        relay the answer with its last body byte dropped and
                      Content-Length lowered to match (a body shorter than its range)
+      a callable     called (e.g. to replace the object), then the request is relayed
+    A fault given as (text, fault) waits for a request whose request line holds `text`.
     """
 
     def __init__(self, upstream: str):
@@ -237,15 +239,19 @@ class FaultProxy:
                 return None
         return buf
 
-    def _next_fault(self, head: bytes) -> str | None:
+    def _next_fault(self, head: bytes):
         first, _, rest = head.partition(b"\r\n")
         if not first.startswith(b"GET ") or b"\r\nrange:" not in (b"\r\n" + rest.lower()):
             return None
         with self.lock:
             if not self.faults:
                 return None
-            f = self.faults.pop(0)
-            self.applied.append(f)
+            f = self.faults[0]
+            if isinstance(f, tuple):
+                if f[0].encode() not in first:
+                    return None
+                f = f[1]
+            self.applied.append(self.faults.pop(0))
             return f
 
     def _serve(self, c: socket.socket):
@@ -255,6 +261,9 @@ class FaultProxy:
             if head is None:
                 return
             fault = self._next_fault(head)
+            if callable(fault):
+                fault()
+                fault = None
             if fault == "slowdown":
                 body = (b'<?xml version="1.0" encoding="UTF-8"?>\n<Error><Code>SlowDown</Code>'
                         b"<Message>Please reduce your request rate.</Message></Error>")

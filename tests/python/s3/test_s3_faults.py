@@ -35,6 +35,30 @@ def test_short_body_is_an_error_naming_the_url(proxy, stocked_seaweed):
     assert f"weightlift: error: {URL}model" in r.stderr and "the server answered Content-Range" in r.stderr, r.stderr
 
 
+def test_object_replaced_after_planning_is_aborted(proxy, stocked_seaweed, model_files):
+    c = stocked_seaweed.client()
+    shard = sorted(n for n in model_files if n.endswith(".safetensors"))[0]
+    upload(c, BUCKET, {f"swap/{n}": b for n, b in model_files.items()})
+    env = stocked_seaweed.env(endpoint=proxy.endpoint)
+    # The shard's first ranged read (its header, after the planning HEAD took the ETag) meets a new
+    # version of the same size whose header is unchanged: only the ETag (If-Match) can tell.
+    changed = model_files[shard][:-1] + bytes([model_files[shard][-1] ^ 1])  # same size, another last byte
+    proxy.add((f"swap/{shard}", lambda: c.put_object(Bucket=BUCKET, Key=f"swap/{shard}", Body=changed)))
+    r = sh("load", f"s3://{BUCKET}/swap/", "--strategy", "stream", "--no-progress", env=env, check=False)
+    assert r.returncode == 1
+    assert f"s3://{BUCKET}/swap/{shard}: the file changed since the load was planned" in r.stderr, r.stderr
+
+
+def test_failed_download_leaves_no_file(proxy, stocked_seaweed, tmp_path):
+    env = stocked_seaweed.env(endpoint=proxy.endpoint)
+    proxy.add(*["reset:1000"] * 5, *["short"] * 100)  # resumed, then a body shorter than its range
+    out = tmp_path / "dl"
+    r = sh("download", URL, out, "-q", "--chunk", "1MB", env=env, check=False)
+    assert r.returncode == 1
+    assert "the server answered Content-Range" in r.stderr, r.stderr
+    assert not out.exists() or os.listdir(out) == [], os.listdir(out)
+
+
 def test_slowdown_that_never_ends_fails_cleanly(proxy, stocked_seaweed):
     env = stocked_seaweed.env(endpoint=proxy.endpoint)
     proxy.add(*["slowdown"] * 200)
