@@ -128,9 +128,9 @@ class HubServerTest : public ::testing::Test {
 };
 
 TEST_F(HubServerTest, StalledLinkIsAbortedAndResumed) {
-  // 1 KB/s per connection: after the first slice the server stalls for ~1000 s;
-  // the stall timeout (1 s here) aborts and a Range request fetches the rest.
-  ASSERT_TRUE(server_->hook("/_wl/rate?bytes_per_s=1000"));
+  // 1 KB/s per connection after a 1 MiB burst: the server then stalls for
+  // seconds; the stall timeout (1 s here) aborts and a Range request fetches the rest.
+  ASSERT_TRUE(server_->hook("/_wl/rate?bytes_per_s=1000&burst=1048576"));
   o_.http.stall_timeout_s = 1;
   std::vector<std::string> logged;
   o_.log = [&](const std::string& s) { logged.push_back(s); };

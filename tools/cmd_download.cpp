@@ -2,11 +2,17 @@
 //                          [--cache-dir D] [--offline] [--token T]
 // Downloads into the Hugging Face cache (shared with huggingface_hub) and
 // prints the snapshot folder.
+// weightlift download s3://bucket/prefix/ DIR [--configs] [--connections N] [--chunk SIZE]
+// Copies the model's weight files (and with --configs its *.json and
+// tokenizer files) from object storage into DIR and prints DIR.
 #include <cstdio>
 #include <memory>
 
 #include "command.h"
 #include "weightlift/hub.h"
+#include "weightlift/io.h"
+#include "weightlift/progress.h"
+#include "weightlift/s3.h"
 #include "weightlift/synth.h"  // parse_size
 
 namespace wl::cli {
@@ -14,6 +20,8 @@ namespace {
 
 struct DownloadArgs {
   std::string repo;
+  std::string dir;  // URL sources only
+  bool configs = false;
   std::string revision = "main";
   std::vector<std::string> include, exclude;
   std::string cache_dir;
@@ -27,7 +35,35 @@ struct DownloadArgs {
   std::string chunk = "16MB";
 };
 
+// An object-storage (or any URL) source: the chosen files into a local folder.
+int run_url_download(const DownloadArgs& a) {
+  if (a.dir.empty()) return usage_error("download of a URL needs a destination folder: download URL DIR");
+  ModelDownloadOptions o;
+  o.configs = a.configs;
+  o.threads = a.connections;
+  auto chunk = parse_size(a.chunk);
+  if (!chunk.ok()) return usage_error(chunk.status().message());
+  o.chunk_bytes = *chunk;
+  std::unique_ptr<ProgressBar> bar;
+  if (!a.quiet)
+    o.progress = [&bar](uint64_t done, uint64_t total) {
+      if (!bar) bar = std::make_unique<ProgressBar>("Downloading", total, true, stderr, "B");
+      bar->update(done);
+    };
+  auto r = download_model_files(a.repo, a.dir, o);
+  if (!r.ok()) return fail(r.status());
+  if (bar) bar->finish();
+  if (!a.quiet)
+    std::fprintf(stderr, "weightlift: wrote %zu files, %llu bytes\n", r->files.size(),
+                 static_cast<unsigned long long>(r->bytes));
+  std::printf("%s\n", a.dir.c_str());
+  return 0;
+}
+
 int run_download(const DownloadArgs& a) {
+  if (is_url(a.repo)) return run_url_download(a);
+  if (!a.dir.empty()) return usage_error("DIR is for s3://, gs:// and http(s):// sources; a Hub repository goes to the cache (--cache-dir)");
+  if (a.configs) return usage_error("--configs is for s3:// and gs:// sources; use --include for a Hub repository");
   HubOptions o;
   o.cache_dir = a.cache_dir;
   if (a.token_set) o.token = a.token;
@@ -56,7 +92,9 @@ int run_download(const DownloadArgs& a) {
 
 RunFn setup_download(CLI::App& sub) {
   auto a = std::make_shared<DownloadArgs>();
-  sub.add_option("repo", a->repo, "repository id, e.g. org/name")->required();
+  sub.add_option("repo", a->repo, "repository id (org/name), or an s3:// or gs:// model prefix")->required();
+  sub.add_option("dir", a->dir, "destination folder (object-storage sources)");
+  sub.add_flag("--configs", a->configs, "object storage: also *.json, tokenizer and *.py files, as vLLM pulls them");
   sub.add_option("--revision", a->revision, "branch, tag or commit (default main)");
   sub.add_option("--include", a->include, "only files matching this fnmatch pattern (repeatable)");
   sub.add_option("--exclude", a->exclude, "skip files matching this fnmatch pattern (repeatable)");
@@ -74,7 +112,9 @@ RunFn setup_download(CLI::App& sub) {
   };
 }
 
-Register reg("download", "Download a Hub repository into the Hugging Face cache and print its snapshot folder",
+Register reg("download",
+             "Download a Hub repository into the Hugging Face cache and print its snapshot folder, or copy a model "
+             "out of object storage (s3://, gs://) into DIR",
              setup_download);
 
 }  // namespace

@@ -24,7 +24,8 @@ Result<std::vector<std::string>> weight_files_of(const std::vector<std::string>&
   for (const auto& path : paths) {
     HubOptions hub;
     if (offline) hub.offline = true;
-    if (sources && !Env::Default()->exists(path)) {
+    // A URL (s3://, gs://, http(s)://) is never a Hub repository: its own source reports what is wrong.
+    if (sources && !is_url(path) && !Env::Default()->exists(path)) {
       WL_ASSIGN_OR_RETURN(auto source, HubSource::start(path, revision, hub));
       files.insert(files.end(), source->weight_files().begin(), source->weight_files().end());
       sources->push_back(std::move(source));

@@ -1,4 +1,5 @@
-// weightlift/http.h: a small HTTP client on libcurl for the Hub downloader.
+// weightlift/http.h: a small HTTP client on libcurl for the Hub downloader and
+// the remote sources (http(s):// ranged reads, s3:// and gs:// objects).
 //
 // What it does for every request: connection reuse (a pool of curl handles,
 // each keeping its own connections alive), HTTP/2 over TLS where the server
@@ -18,6 +19,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <utility>
@@ -39,7 +41,22 @@ struct HttpOptions {
   double stall_timeout_s = 30;  // abort when < 1 KiB/s for this long
   int max_redirects = 10;
   RetryPolicy retry;
+  // Certificate bundle for TLS (CURLOPT_CAINFO); "" = the system's.
+  std::string ca_bundle;
 };
+
+// AWS Signature Version 4, computed by libcurl (CURLOPT_AWS_SIGV4) over the
+// method, path, query and every header of the request. The caller adds the
+// headers the service wants signed (S3: x-amz-content-sha256, and
+// x-amz-security-token for temporary credentials). Query parameters must be
+// sorted by name and percent-encoded (libcurl signs the query as given).
+struct AwsSigV4 {
+  std::string provider;  // "aws:amz:<region>:<service>", e.g. "aws:amz:us-east-1:s3"
+  std::string access_key_id;
+  std::string secret_access_key;
+};
+
+struct HttpResponse;
 
 struct HttpRequest {
   std::string method = "GET";  // GET or HEAD
@@ -55,6 +72,12 @@ struct HttpRequest {
   // to a Range request) is not fed to the sink; the transfer stops and the
   // response is returned for the caller to decide.
   long expect_status = 0;
+  // Sign the request (see AwsSigV4); nullopt sends it unsigned.
+  std::optional<AwsSigV4> sigv4;
+  // Streamed GET only: called with the status and headers of a 2xx response
+  // before its first body byte reaches the sink (also for an empty body); a
+  // non-OK status aborts the transfer and is returned.
+  std::function<Status(const HttpResponse&)> on_response;
 };
 
 struct HttpResponse {

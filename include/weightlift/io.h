@@ -78,6 +78,12 @@ class RandomAccessFile : public std::enable_shared_from_this<RandomAccessFile> {
   // Errors name the file (or URL). Any alignment of dst/offset is accepted.
   virtual Status read_at(uint64_t offset, std::span<std::byte> dst) const = 0;
 
+  // Reads the contiguous range [offset, offset + total size of parts) into
+  // `parts`, in order (a scatter read: one request for a network source,
+  // where several small tensors lie side by side). All or error, as read_at().
+  // The default reads each part with read_at().
+  virtual Status read_scatter_at(uint64_t offset, std::span<const std::span<std::byte>> parts) const;
+
   // Zero-copy bytes [offset, offset+n) when the file is memory-mapped;
   // kUnimplemented otherwise. The span lives as long as this object.
   virtual Result<std::span<const std::byte>> view(uint64_t offset, uint64_t n) const;

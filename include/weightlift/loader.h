@@ -7,12 +7,15 @@
 //   eager     read each file whole with one read, tensors view that buffer
 //   prefetch  warm the page cache in the background (threads, block size,
 //             files striped by rank), then lazy
-//   auto      prefetch on a network filesystem when the checkpoint fits in 90%
-//             of available RAM, else lazy; the reason goes to `log`
+//   auto      stream for URLs (http(s), s3, gs: remote sources); prefetch on
+//             a network filesystem when the checkpoint fits in 90% of
+//             available RAM, else lazy; the reason goes to `log`
 //   threads   N workers each loading whole files; at most N files in memory
 //   stream    all files as one byte stream split across N I/O threads in large
 //             aligned chunks (O_DIRECT when the page cache is cold), each tensor
-//             handed over when its last byte lands, under a memory cap
+//             handed over when its last byte lands, under a memory cap; on
+//             a remote source each chunk is ranged GETs straight into the
+//             tensors' memory (16 connections by default)
 //
 // The three seams (see their headers): where bytes come from (Env: local
 // files, HTTP, object storage), where they land (Destination: host, pinned,
@@ -79,7 +82,8 @@ struct LoadOptions {
   // Log lines (auto decision, prefetch progress, fallbacks). May be empty.
   std::function<void(const std::string&)> log;
 
-  // Workers: prefetch/threads/stream. 0 picks the strategy's default (8).
+  // Workers: prefetch/threads/stream. 0 picks the strategy's default (8;
+  // stream: up to 8 for local files, 16 connections for remote sources).
   int threads = 0;
   // Prefetch block size / stream read size in bytes. 0 picks the default (16 MiB / 8 MiB).
   uint64_t block_size = 0;
@@ -159,7 +163,7 @@ struct LoadStats {
   uint64_t skipped_tensors = 0;  // by the expert filter
   uint64_t bytes_read = 0;       // from files (stream: with alignment slack)
   double seconds = 0;
-  Strategy strategy = Strategy::kLazy;  // what ran (auto resolves to prefetch or lazy)
+  Strategy strategy = Strategy::kLazy;  // what ran (auto resolves to stream, prefetch or lazy)
   bool direct_io = false;               // stream used O_DIRECT
   bool gds = false;                     // stream read into device memory with GPUDirect Storage
   // Distributed: bytes this rank received from the others over the

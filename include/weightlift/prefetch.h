@@ -28,6 +28,7 @@ Result<uint64_t> checkpoint_size_bytes(const std::vector<std::string>& files, En
 
 struct AutoDecision {
   bool prefetch = false;
+  bool stream = false;  // remote sources (URLs): parallel ranged reads (the stream strategy)
   std::string fstype;
   uint64_t checkpoint_bytes = 0;
   uint64_t available_bytes = 0;
@@ -39,8 +40,10 @@ struct AutoDecision {
 // explicit "prefetch") always prefetches, warning when it does not fit.
 AutoDecision decide_prefetch(std::string fstype, uint64_t checkpoint_bytes, uint64_t available_bytes,
                              bool requested = false);
-// The `auto` policy over the first file's filesystem (a URL's scheme names
-// its "filesystem"; object stores are not prefetched into the page cache).
+// The `auto` policy over the first file's filesystem. A URL (http(s), s3, gs)
+// is a remote source: `stream` (parallel ranged reads under the memory cap),
+// decided without a request; object stores are never prefetched into the
+// page cache.
 Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env = Env::Default(),
                                  SystemInfo* sys = SystemInfo::Default());
 

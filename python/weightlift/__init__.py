@@ -52,5 +52,6 @@ from ._hub import (  # noqa: F401  (download_weights_from_hf: the reference's, p
 from ._gpu import fastsafetensors_weights_iterator, instanttensor_weights_iterator  # noqa: F401
 from ._distributed import load_distributed  # noqa: F401
 from .load_into import load_into  # noqa: F401
+from ._objstore import runai_safetensors_weights_iterator  # noqa: F401
 
 __version__ = "0.1.0"

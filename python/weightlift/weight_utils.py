@@ -230,6 +230,7 @@ def safetensors_weights_iterator(
     *,
     safetensors_prefetch_num_threads: int = DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS,
     safetensors_prefetch_block_size: int = DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE,
+    distributed: bool | None = None,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """Yields (name, tensor) for every tensor of the files, files in natural
     order, names sorted within a file (as safe_open().keys()).
@@ -239,7 +240,12 @@ def safetensors_weights_iterator(
     "eager" (each file mapped in whole before its first tensor), "prefetch"
     (page-cache prefetch in the background, then lazy), "torchao" (rebuilds
     torchao tensor subclasses; needs torchao>=0.15). With local_expert_ids,
-    other ranks' expert weights are skipped unread."""
+    other ranks' expert weights are skipped unread.
+
+    distributed (or WEIGHTLIFT_DISTRIBUTED=1 when None): with
+    torch.distributed initialised on more than one rank, the ranks read the
+    files once in total and exchange over the process group
+    (weightlift._distributed); tensors then come as they complete."""
     if safetensors_load_strategy not in _STRATEGIES:
         raise ValueError(f"unknown safetensors_load_strategy {safetensors_load_strategy!r} "
                          f"(expected one of None, 'lazy', 'eager', 'prefetch', 'torchao')")
@@ -247,6 +253,9 @@ def safetensors_weights_iterator(
     if safetensors_load_strategy == "eager":
         desc += " (eager)"
     sorted_files = _core.natural_sort([os.fspath(f) for f in hf_weights_files])
+    if safetensors_load_strategy != "torchao" and _distributed_group(distributed) is not None:
+        yield from _distributed_iter(sorted_files, use_tqdm_on_load, local_expert_ids=local_expert_ids)
+        return
 
     prefetch = False
     if safetensors_load_strategy in (None, "prefetch"):
@@ -288,6 +297,26 @@ def _torchao_iterator(files, local_expert_ids, desc, use_tqdm_on_load):
         yield from unflat.items()
 
 
+def _distributed_group(flag: bool | None):
+    """The process group a distributed load runs over when the caller asks
+    for one (flag, else $WEIGHTLIFT_DISTRIBUTED) and more than one rank is
+    there; None otherwise."""
+    from ._distributed import default_group, wants_distributed
+
+    if not wants_distributed(flag):
+        return None
+    group = default_group()
+    if group is None or torch.distributed.get_world_size(group) <= 1:
+        return None
+    return group
+
+
+def _distributed_iter(files, use_tqdm_on_load, **engine):
+    from ._distributed import distributed_weights_iterator
+
+    yield from distributed_weights_iterator(files, use_tqdm_on_load, group=_distributed_group(True), **engine)
+
+
 def _check_workers(max_workers: int) -> None:
     if max_workers < 1:
         raise ValueError(f"max_workers must be greater than 0, got {max_workers}")
@@ -297,11 +326,16 @@ def multi_thread_safetensors_weights_iterator(
     hf_weights_files: list[str],
     use_tqdm_on_load: bool,
     max_workers: int = 4,
+    distributed: bool | None = None,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """`max_workers` engine threads each take whole files and map their
     tensors in; tensors come as they are ready (a file's in offset order, as
-    safetensors' load_file gives them; files may interleave)."""
+    safetensors' load_file gives them; files may interleave). distributed:
+    as safetensors_weights_iterator."""
     _check_workers(max_workers)
+    if _distributed_group(distributed) is not None:
+        yield from _distributed_iter(list(hf_weights_files), use_tqdm_on_load, threads=max_workers)
+        return
     yield from _engine_iter(list(hf_weights_files), desc="Multi-thread loading shards",
                             use_tqdm_on_load=use_tqdm_on_load, ordered=False, strategy="threads",
                             threads=max_workers, order="offset", file_views=True)
@@ -309,6 +343,17 @@ def multi_thread_safetensors_weights_iterator(
 
 def _pt_on_engine(pt_load_map_location) -> bool:
     return pt_load_map_location in ("cpu", None) or str(pt_load_map_location) == "cpu"
+
+
+def _pt_items(bin_file: str, pt_load_map_location):
+    """A file's (name, tensor) for a map location other than "cpu": one CUDA
+    device through our own reader (nothing unpickled), else torch.load."""
+    from ._gpu import pt_items_on_device
+
+    items = pt_items_on_device(bin_file, pt_load_map_location)
+    if items is not None:
+        return items
+    return list(torch.load(bin_file, map_location=pt_load_map_location, weights_only=True).items())
 
 
 def pt_weights_iterator(
@@ -325,9 +370,7 @@ def pt_weights_iterator(
                                 strategy="lazy", order="listed", file_views=True)
         return
     for bin_file in _tqdm(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
-        state = torch.load(bin_file, map_location=pt_load_map_location, weights_only=True)
-        yield from state.items()
-        del state
+        yield from _pt_items(bin_file, pt_load_map_location)
 
 
 def multi_thread_pt_weights_iterator(
@@ -345,7 +388,7 @@ def multi_thread_pt_weights_iterator(
                                 file_views=True)
         return
     for bin_file in _tqdm(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
-        yield from torch.load(bin_file, map_location=pt_load_map_location, weights_only=True).items()
+        yield from _pt_items(bin_file, pt_load_map_location)
 
 
 def np_cache_weights_iterator(

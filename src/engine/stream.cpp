@@ -4,6 +4,8 @@
 //
 // Where the bytes go:
 //   host destination, buffered reads   pread straight into the tensors' memory
+//                                      (a remote source: one ranged GET per run
+//                                      of adjacent pieces, scattered into them)
 //   host destination, O_DIRECT         aligned reads into a per-thread staging
 //                                      buffer, copied into the tensors (never
 //                                      handed out)
@@ -31,6 +33,8 @@ namespace {
 
 constexpr uint64_t kAlign = 4096;
 constexpr uint64_t kDefaultChunk = uint64_t{8} << 20;
+// Remote sources: requests in flight (each a ranged GET of up to one chunk).
+constexpr int kRemoteThreads = 16;
 
 struct Extent {
   uint64_t pos;       // stream position
@@ -57,6 +61,7 @@ struct Piece {
 }  // namespace
 
 Result<bool> stream_direct(const Plan& plan, const LoadOptions& o) {
+  if (!plan.files.empty() && is_url(plan.files[0].path)) return false;  // a remote source has no pages
   if (o.direct != DirectIo::kAuto) return o.direct == DirectIo::kOn;
   // A sample of the first files' pages: O_DIRECT when under half are cached.
   double hits = 0;
@@ -130,8 +135,10 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
   if (up) d.on_stop([up] { up->cancel(); });
 
   // O_DIRECT (cuFile wants O_DIRECT descriptors); kAuto samples the first files' pages.
-  bool direct = o.direct == DirectIo::kOn || (gds && o.direct != DirectIo::kOff);
-  if (o.direct == DirectIo::kAuto) {
+  // A remote source has no pages: never sampled, never direct.
+  const bool remote = !plan.files.empty() && is_url(plan.files[0].path);
+  bool direct = !remote && (o.direct == DirectIo::kOn || (gds && o.direct != DirectIo::kOff));
+  if (o.direct == DirectIo::kAuto && !remote) {
     WL_ASSIGN_OR_RETURN(direct, stream_direct(plan, o));
   }
   // Files open on first use (the planned version, else kAborted) and close
@@ -159,7 +166,7 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
   // Buffered reads out of a warm page cache are memory copies: more threads
   // than cores only contend. O_DIRECT keeps 8 reads in flight.
   if (o.threads == 0 && !direct)
-    threads = std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+    threads = remote ? kRemoteThreads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
 
   // Memory: staging (direct only; a device destination stages in its own
   // ring) plus the window of allocated, undelivered tensors.
@@ -355,14 +362,21 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
         } else if (direct && f.alignment() > 1) {
           s = staged_run(f, run, staging.span(), std::nullopt);
         } else {
+          // One scatter read per run: a single ranged GET on a remote source
+          // however many small tensors lie side by side.
+          std::vector<std::span<std::byte>> dsts;
+          dsts.reserve(run.size());
+          uint64_t len = 0;
           for (const Piece& p : run) {
-            s = f.read_at(p.file_off, std::span(ts[p.tensor].region.data + p.dst_off, p.len));
-            if (!s.ok()) {
-              s.with_tensor(plan.tensors[p.tensor].name);
-              break;
-            }
-            bytes_read += p.len;
-            landed(p.tensor, p.len);
+            dsts.emplace_back(ts[p.tensor].region.data + p.dst_off, p.len);
+            len += p.len;
+          }
+          s = f.read_scatter_at(run.front().file_off, dsts);
+          if (!s.ok()) {
+            if (run.size() == 1) s = std::move(s).with_tensor(plan.tensors[run.front().tensor].name);
+          } else {
+            bytes_read += len;
+            for (const Piece& p : run) landed(p.tensor, p.len);
           }
         }
         if (!s.ok()) return d.fail(s);

@@ -54,7 +54,17 @@ struct Transfer {
   bool too_large = false;
   long expect = 0;
   bool unexpected = false;
+  const std::function<Status(const HttpResponse&)>* on_response = nullptr;
+  bool response_seen = false;
   bool in_2xx() const { return resp->status >= 200 && resp->status < 300; }
+  // The caller's look at a 2xx response before its body (once).
+  bool check_response() {
+    if (response_seen || on_response == nullptr || !*on_response) return true;
+    response_seen = true;
+    Status s = (*on_response)(*resp);
+    if (!s.ok()) sink_status = std::move(s);
+    return sink_status.ok();
+  }
 };
 
 size_t on_header(char* data, size_t size, size_t n, void* user) {
@@ -79,6 +89,7 @@ size_t on_body(char* data, size_t size, size_t n, void* user) {
       t->unexpected = true;
       return 0;
     }
+    if (!t->check_response()) return 0;
     Status s = (*t->sink)(std::span<const std::byte>(reinterpret_cast<const std::byte*>(data), len));
     if (!s.ok()) {
       t->sink_status = std::move(s);
@@ -209,9 +220,10 @@ Result<HttpResponse> HttpClient::perform_once(const HttpRequest& req, const std:
   t.sink = sink;
   t.max_body = req.max_body_bytes;
   t.expect = sink ? req.expect_status : 0;
+  t.on_response = sink ? &req.on_response : nullptr;
   curl_slist* hdrs = nullptr;
   for (const auto& [k, v] : req.headers) {
-    if (!send_auth && lower(k) == "authorization") continue;
+    if (!send_auth && (lower(k) == "authorization" || lower(k) == "x-amz-security-token")) continue;
     hdrs = curl_slist_append(hdrs, (k + ": " + v).c_str());
   }
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
@@ -229,7 +241,15 @@ Result<HttpResponse> HttpClient::perform_once(const HttpRequest& req, const std:
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
   if (req.method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
+  if (!options_.ca_bundle.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options_.ca_bundle.c_str());
+  if (req.sigv4 && send_auth) {  // never sign for another host after a redirect
+    curl_easy_setopt(c, CURLOPT_AWS_SIGV4, req.sigv4->provider.c_str());
+    curl_easy_setopt(c, CURLOPT_USERNAME, req.sigv4->access_key_id.c_str());
+    curl_easy_setopt(c, CURLOPT_PASSWORD, req.sigv4->secret_access_key.c_str());
+  }
   CURLcode rc = curl_easy_perform(c);
+  // A 2xx response with an empty body still goes past the caller's check.
+  if (rc == CURLE_OK && sink && t.in_2xx() && !(t.expect && resp.status != t.expect)) (void)t.check_response();
   char* redirect = nullptr;
   if (rc == CURLE_OK && curl_easy_getinfo(c, CURLINFO_REDIRECT_URL, &redirect) == CURLE_OK && redirect)
     resp.headers["x-wl-redirect-url"] = redirect;

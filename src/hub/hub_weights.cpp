@@ -149,7 +149,8 @@ Status download_safetensors_index_file_from_hf(const std::string& model, const s
 }
 
 Result<std::string> resolve_model_path(const std::string& path_or_repo, const std::string& revision, const HubOptions& o) {
-  if (hub_env(o)->exists(path_or_repo)) return path_or_repo;
+  // A URL (s3://, gs://, http(s)://) is read where it is: its source reports what is wrong with it.
+  if (is_url(path_or_repo) || hub_env(o)->exists(path_or_repo)) return path_or_repo;
   if (path_or_repo.empty() || path_or_repo.front() == '/' || path_or_repo.front() == '.')
     return Status::NotFound("no such file or folder").with_file(path_or_repo);
   Status id = check_repo_id(path_or_repo);

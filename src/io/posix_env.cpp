@@ -29,6 +29,14 @@ Result<std::span<const std::byte>> RandomAccessFile::view(uint64_t, uint64_t) co
 
 void RandomAccessFile::advise(uint64_t, uint64_t, Advice) const {}
 
+Status RandomAccessFile::read_scatter_at(uint64_t offset, std::span<const std::span<std::byte>> parts) const {
+  for (std::span<std::byte> part : parts) {
+    WL_RETURN_IF_ERROR(read_at(offset, part));
+    offset += part.size();
+  }
+  return Status();
+}
+
 namespace {
 
 void fadvise(int fd, uint64_t offset, uint64_t n, Advice advice) {

@@ -56,7 +56,7 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
       s = Strategy::kLazy;
     } else {
       if (o.log) o.log(dec->reason);
-      s = dec->prefetch ? Strategy::kPrefetch : Strategy::kLazy;
+      s = dec->stream ? Strategy::kStream : dec->prefetch ? Strategy::kPrefetch : Strategy::kLazy;
     }
   }
   auto r = engine::run_load(files, s, o, sink);

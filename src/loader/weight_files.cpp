@@ -104,9 +104,27 @@ std::vector<std::string> filter_files_not_needed_for_inference(const std::vector
   return out;
 }
 
+namespace {
+
+// Why a URL is neither a folder (a prefix with objects under it) nor a file:
+// the source's own answer (access denied with the server's error code, no
+// such bucket, no such key) rather than a bare "not found".
+Status missing_url(const std::string& path, Env* env) {
+  auto entries = env->list_dir(path);
+  if (!entries.ok() && entries.status().code() != Code::kUnimplemented) return entries.status();
+  if (path.back() != '/') {
+    auto size = env->file_size(path);
+    if (!size.ok()) return size.status();
+  }
+  return Status::NotFound("no such object, and no objects under it as a prefix").with_file(path);
+}
+
+}  // namespace
+
 Result<WeightFiles> find_weight_files(const std::string& path, Env* env) {
   WeightFiles wf;
   if (!env->is_directory(path)) {
+    if (!env->exists(path) && is_url(path)) return missing_url(path, env);
     if (!env->exists(path)) return Status::NotFound("no such file or directory").with_file(path);
     wf.files = {path};
     if (std::string_view(path).ends_with(".bin") || std::string_view(path).ends_with(".pt") || std::string_view(path).ends_with(".pth")) wf.format = WeightFormat::kPytorch;

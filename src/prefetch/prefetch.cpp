@@ -31,6 +31,8 @@ Status prefetch_impl(const std::vector<std::string>& files, const PrefetchOption
       auto f = o.env->open(mine[i], {.mode = FileMode::kMmap});
       if (!f.ok()) {
         st = f.status();
+      } else if ((*f)->is_remote()) {
+        // Nothing to warm: a remote object does not go through the page cache.
       } else {
         const bool mapped = (*f)->size() == 0 || (*f)->view(0, 1).ok();
         if (!mapped && buf.size() == 0) {
@@ -122,7 +124,14 @@ Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env
     d.reason = "auto: no files; lazy";
     return d;
   }
-  std::string fstype = is_url(files[0]) ? std::string(url_scheme(files[0])) : filesystem_type(files[0], sys);
+  if (is_url(files[0])) {
+    AutoDecision d;
+    d.fstype = std::string(url_scheme(files[0]));
+    d.stream = true;
+    d.reason = fmt::format("auto: stream ({}:// is a remote source: parallel ranged reads into the tensors)", d.fstype);
+    return d;
+  }
+  std::string fstype = filesystem_type(files[0], sys);
   WL_ASSIGN_OR_RETURN(uint64_t total, checkpoint_size_bytes(files, env));
   WL_ASSIGN_OR_RETURN(uint64_t avail, available_ram_bytes(sys));
   return decide_prefetch(std::move(fstype), total, avail);

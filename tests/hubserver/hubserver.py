@@ -17,7 +17,8 @@ Listens only on 127.0.0.1 with ports chosen by the OS. Test hooks (hub port):
   POST /_wl/faults   JSON {"mode": ..., "count": N, "path": substring, "retry_after": s}
                      modes: reset (close mid-body), truncate (short body, clean close),
                      500, 429, corrupt (flip a byte: wrong ETag), none
-  POST /_wl/rate     JSON {"bytes_per_s": R}  per-connection throttle (0 = off)
+  POST /_wl/rate     JSON {"bytes_per_s": R, "burst": B}  per-connection throttle (0 = off),
+                     after B bytes of each response sent at full speed (default 0)
                      (both also as GET with query parameters, e.g. /_wl/rate?bytes_per_s=1000)
   GET  /_wl/stats    JSON: bytes served per path, GET count per path, Authorization
                      headers the CDN saw, all request lines
@@ -114,6 +115,7 @@ class State:
         self.repos = {}
         self.fault = {"mode": "none", "count": 0, "path": "", "retry_after": 0}
         self.rate = 0
+        self.burst = 0  # bytes each response sends at full speed before the throttle applies
         self.bytes = {}
         self.gets = {}
         self.cdn_auth = []
@@ -193,6 +195,7 @@ def make_handler(state, is_cdn):
                 return self._json(200, {"ok": True})
             if self.path == "/_wl/rate":
                 state.rate = int(body.get("bytes_per_s", 0))
+                state.burst = int(body.get("burst", 0))
                 return self._json(200, {"ok": True})
             if self.path == "/_wl/reset_stats":
                 with state.lock:
@@ -212,6 +215,7 @@ def make_handler(state, is_cdn):
                 with state.lock:
                     if path == "/_wl/rate":
                         state.rate = int(q.get("bytes_per_s", 0))
+                        state.burst = int(q.get("burst", 0))
                     else:
                         state.fault = {"mode": q.get("mode", "none"), "count": int(q.get("count", 1)),
                                        "path": q.get("path", ""), "retry_after": int(q.get("retry_after", 0))}
@@ -396,8 +400,8 @@ def make_handler(state, is_cdn):
                     # (a range of one CHUNK would otherwise leave at full speed).
                     piece = CHUNK if state.rate <= 0 else max(4096, min(CHUNK, state.rate // 20))
                     want = min(piece, limit - sent)
-                    if state.rate > 0:
-                        ahead = (sent + want) / state.rate - (time.monotonic() - t0)
+                    if state.rate > 0 and sent + want > state.burst:
+                        ahead = (sent + want - state.burst) / state.rate - (time.monotonic() - t0)
                         if ahead > 0:
                             time.sleep(ahead)
                     try:
@@ -492,8 +496,9 @@ class HubServer:
         with self.state.lock:
             self.state.fault = {"mode": mode, "count": count, "path": path, "retry_after": retry_after}
 
-    def set_rate(self, bytes_per_s):
+    def set_rate(self, bytes_per_s, burst=0):
         self.state.rate = bytes_per_s
+        self.state.burst = burst
 
     def stats(self):
         with self.state.lock:

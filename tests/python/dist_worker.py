@@ -43,6 +43,33 @@ def sha(t: torch.Tensor) -> str:
     return hashlib.sha256(t.contiguous().reshape(-1).view(torch.uint8).numpy().tobytes()).hexdigest()
 
 
+def entry_point(entry, files, stats):
+    """The entry point's tensors; `stats` gets the engine's figures when it
+    went through the distributed loader (a spy on load_distributed)."""
+    from weightlift import _distributed
+    from weightlift import vllm_compat as vc
+
+    if not hasattr(_distributed, "_unspied"):
+        _distributed._unspied = _distributed.load_distributed
+    _distributed.load_distributed = lambda *a, **k: _distributed._unspied(*a, stats=stats, **k)
+
+    if entry == "safetensors":
+        return vc.safetensors_weights_iterator(files, False, distributed=True)
+    if entry == "multi_thread":
+        return vc.multi_thread_safetensors_weights_iterator(files, False, max_workers=2, distributed=True)
+    if entry == "runai":
+        return vc.runai_safetensors_weights_iterator(files, False, is_distributed=True)
+    if entry == "env":  # WEIGHTLIFT_DISTRIBUTED=1, no keyword
+        os.environ["WEIGHTLIFT_DISTRIBUTED"] = "1"
+        try:
+            return list(vc.safetensors_weights_iterator(files, False))
+        finally:
+            del os.environ["WEIGHTLIFT_DISTRIBUTED"]
+    if entry == "single":  # not asked: every rank reads everything itself
+        return vc.safetensors_weights_iterator(files, False)
+    raise ValueError(entry)
+
+
 def main():
     rank, world, port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
     spec = json.load(open(sys.argv[4]))
@@ -63,10 +90,14 @@ def main():
         t0 = time.monotonic()
         try:
             got = {}
-            for name, t in load_distributed(files, shard_rules=sc.get("shard_rules"),
-                                            local_expert_ids=None if experts is None else experts[rank],
-                                            stats=stats, max_queued_bytes=sc.get("max_queued_bytes", 1 << 30),
-                                            **opts):
+            if sc.get("entry"):  # one of the reference's entry points, asked to spread the reads
+                tensors = entry_point(sc["entry"], files, stats)
+            else:
+                tensors = load_distributed(files, shard_rules=sc.get("shard_rules"),
+                                           local_expert_ids=None if experts is None else experts[rank],
+                                           stats=stats, max_queued_bytes=sc.get("max_queued_bytes", 1 << 30),
+                                           **opts)
+            for name, t in tensors:
                 got[name] = [sha(t), str(t.dtype), list(t.shape)]
                 if sc.get("kill_rank") == rank:
                     os.kill(os.getpid(), signal.SIGKILL)
@@ -77,6 +108,7 @@ def main():
         res["storage"] = storage_read() - before
         res["bytes_read"] = stats.get("bytes_read")
         res["bytes_exchanged"] = stats.get("bytes_exchanged")
+        res["direct_io"] = bool(stats.get("direct_io"))
         results.append(res)
         if sc.get("barrier", True):
             dist.barrier()

@@ -183,6 +183,28 @@ def test_gloo_two_ranks(model, tmp_path):
     assert "gone.safetensors" in r0["missing"]["error"]
 
 
+def test_gloo_reference_entry_points_spread_the_reads(model, tmp_path):
+    """The reference's iterators, asked to (a keyword, is_distributed, or
+    WEIGHTLIFT_DISTRIBUTED=1), read the checkpoint once across the ranks."""
+    files = model["files"]
+    entries = ["safetensors", "multi_thread", "runai", "env", "single"]
+    scenarios = [{"name": e, "entry": e, "files": files, "cold": True, "drop": files} for e in entries]
+    r0, r1 = run_gloo(tmp_path, 2, scenarios)
+    by = lambda res: {x["name"]: x for x in res}  # noqa: E731
+    r0, r1 = by(r0), by(r1)
+    full = reference(files)
+    for e in entries:
+        for r in (r0, r1):
+            assert r[e]["ok"], r[e]
+            assert r[e]["tensors"] == full, e
+    for e in entries[:-1]:
+        # Through the distributed loader: the engine read every tensor once across the ranks.
+        assert r0[e]["bytes_read"] is not None, e
+        check_read_once([r0[e], r1[e]], model, direct=r0[e]["direct_io"])
+    # The control, not asked: each rank loads by itself (no distributed loader ran).
+    assert r0["single"]["bytes_read"] is None and r1["single"]["bytes_read"] is None
+
+
 def test_gloo_four_ranks(model, tmp_path):
     files = model["files"]
     engine = {"block_size": 16384, "threads": 1, "direct": "off"}

@@ -179,3 +179,19 @@ def test_the_engine_device_path_on_the_fake_backend(shards):
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip() == "ok fake (host memory)"
+
+
+@pytest.mark.skipif(not NO_GPU, reason="this machine has a GPU")
+def test_pt_iterators_send_a_cuda_map_location_to_our_reader(tmp_path):
+    from weightlift.vllm_compat import multi_thread_pt_weights_iterator, pt_weights_iterator
+
+    p = tmp_path / "pytorch_model.bin"
+    torch.save({"a": torch.arange(6, dtype=torch.float32)}, p)
+    # Our reader takes a single CUDA target (and says what is missing here); torch.load never runs.
+    for it in (pt_weights_iterator, multi_thread_pt_weights_iterator):
+        for loc in ("cuda:0", {"cuda:1": "cuda:0"}):
+            with pytest.raises(RuntimeError, match="pt_load_map_location needs a CUDA device"):
+                list(it([str(p)], False, loc))
+    # A map location that is not one CUDA device is torch.load's (here: to the CPU).
+    assert [(n, t.tolist()) for n, t in pt_weights_iterator([str(p)], False, {"cpu": "cpu", "cuda:0": "cpu"})] \
+        == [("a", [0.0, 1.0, 2.0, 3.0, 4.0, 5.0])]

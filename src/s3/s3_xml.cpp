@@ -1,0 +1,118 @@
+#include "s3/s3_xml.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+#include <tinyxml2.h>
+
+namespace wl::s3 {
+
+namespace {
+
+using tinyxml2::XMLElement;
+
+std::string_view text_of(const XMLElement* e) {
+  const char* t = e ? e->GetText() : nullptr;
+  return t ? std::string_view(t) : std::string_view();
+}
+
+// Values that are not names (booleans, sizes, codes) may be pretty-printed.
+std::string_view trimmed(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\r' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Printable ASCII only, cut to `max` characters (a message for a terminal).
+std::string printable(std::string_view s, size_t max) {
+  std::string out;
+  for (char c : s) {
+    if (out.size() >= max) {
+      out += "...";
+      break;
+    }
+    unsigned char u = static_cast<unsigned char>(c);
+    out.push_back(u >= 0x20 && u < 0x7f ? c : ' ');
+  }
+  return out;
+}
+
+bool has_control(std::string_view s) {
+  for (char c : s)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
+  return false;
+}
+
+Status corrupt(const std::string& where, const std::string& what) {
+  return Status::Corrupt("malformed ListObjectsV2 answer: " + what).with_file(where);
+}
+
+bool parse_doc(tinyxml2::XMLDocument& doc, std::string_view xml) {
+  return doc.Parse(xml.data(), xml.size()) == tinyxml2::XML_SUCCESS;
+}
+
+}  // namespace
+
+Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& where) {
+  if (xml.size() > kMaxXmlBytes)
+    return corrupt(where, fmt::format("{} bytes, more than the {} accepted", xml.size(), kMaxXmlBytes));
+  tinyxml2::XMLDocument doc(true, tinyxml2::PRESERVE_WHITESPACE);  // keys keep their spaces
+  if (!parse_doc(doc, xml)) return corrupt(where, fmt::format("not XML ({})", doc.ErrorName()));
+  const XMLElement* root = doc.RootElement();
+  if (!root || std::string_view(root->Name()) != "ListBucketResult")
+    return corrupt(where, fmt::format("root element is '{}', not ListBucketResult", root ? printable(root->Name(), 64) : ""));
+  ListPage page;
+  size_t entries = 0;
+  for (const XMLElement* e = root->FirstChildElement(); e; e = e->NextSiblingElement()) {
+    std::string_view name = e->Name();
+    if (name == "Contents" || name == "CommonPrefixes") {
+      if (++entries > kMaxEntriesPerPage)
+        return corrupt(where, fmt::format("more than {} entries in one page", kMaxEntriesPerPage));
+    }
+    if (name == "IsTruncated") {
+      std::string_view t = trimmed(text_of(e));
+      if (t != "true" && t != "false") return corrupt(where, fmt::format("IsTruncated is '{}'", printable(t, 32)));
+      page.truncated = t == "true";
+    } else if (name == "NextContinuationToken") {
+      std::string_view t = text_of(e);
+      if (t.size() > kMaxTokenBytes || has_control(t))
+        return corrupt(where, fmt::format("continuation token of {} bytes", t.size()));
+      page.next_token = std::string(t);
+    } else if (name == "Contents") {
+      std::string_view key = text_of(e->FirstChildElement("Key"));
+      std::string_view size = trimmed(text_of(e->FirstChildElement("Size")));
+      if (key.empty()) return corrupt(where, "an entry without a Key");
+      if (key.size() > kMaxKeyBytes) return corrupt(where, fmt::format("a key of {} bytes", key.size()));
+      if (has_control(key)) return corrupt(where, fmt::format("key '{}' holds control characters", printable(key, 128)));
+      ListedObject o;
+      auto [p, ec] = std::from_chars(size.data(), size.data() + size.size(), o.size);
+      if (size.empty() || ec != std::errc() || p != size.data() + size.size() || size.front() == '-')
+        return corrupt(where, fmt::format("key '{}' has size '{}'", printable(key, 128), printable(size, 32)));
+      o.key = std::string(key);
+      page.objects.push_back(std::move(o));
+    } else if (name == "CommonPrefixes") {
+      std::string_view pre = text_of(e->FirstChildElement("Prefix"));
+      if (pre.empty() || pre.size() > kMaxKeyBytes || has_control(pre))
+        return corrupt(where, fmt::format("a common prefix of {} bytes", pre.size()));
+      page.prefixes.emplace_back(pre);
+    }
+  }
+  if (page.truncated && page.next_token.empty()) return corrupt(where, "truncated page without NextContinuationToken");
+  return page;
+}
+
+std::optional<ErrorBody> parse_error_body(std::string_view xml) {
+  if (xml.empty() || xml.size() > kMaxXmlBytes) return std::nullopt;
+  tinyxml2::XMLDocument doc(true, tinyxml2::PRESERVE_WHITESPACE);  // keys keep their spaces
+  if (!parse_doc(doc, xml)) return std::nullopt;
+  const XMLElement* root = doc.RootElement();
+  if (!root || std::string_view(root->Name()) != "Error") return std::nullopt;
+  ErrorBody b;
+  b.code = printable(trimmed(text_of(root->FirstChildElement("Code"))), 64);
+  b.message = printable(trimmed(text_of(root->FirstChildElement("Message"))), 512);
+  b.region = printable(trimmed(text_of(root->FirstChildElement("Region"))), 64);
+  if (b.code.empty() && b.message.empty()) return std::nullopt;
+  return b;
+}
+
+}  // namespace wl::s3
