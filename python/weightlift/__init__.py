@@ -42,8 +42,7 @@ from .weight_utils import (  # noqa: F401
     stream_weights,
 )
 from ._core import find_weight_files, peak_rss_bytes  # noqa: F401
-from ._hub import (  # noqa: F401  (download_weights_from_hf: the reference's, plus load_while_downloading=)
-    download_weights_from_hf,
+from ._hub import (  # noqa: F401
     enable_xet_high_performance,
     hub_source,
     hub_weights_iterator,

@@ -150,27 +150,13 @@ def hub_weights_iterator(
     _log(source.logs())
 
 
-def download_weights_from_hf(
-    model_name_or_path: str,
-    cache_dir: str | None,
-    allow_patterns: list[str],
-    revision: str | None = None,
-    subfolder: str | None = None,
-    ignore_patterns: str | list[str] | None = None,
-    *,
-    load_while_downloading: bool = False,
-) -> str:
-    """The reference's download_weights_from_hf; with load_while_downloading=True
-    it returns the snapshot folder at once while the weights download in the
-    background, readable by the safetensors iterators as they arrive (a load
-    through the engine fails at its end if a blob does not verify). The
-    repository's own choice of weights is used then (as `weightlift load REPO`
-    picks them: index, else *.safetensors, *.bin, *.pt)."""
-    from . import weight_utils
-
-    if not load_while_downloading or subfolder or ignore_patterns or _use_modelscope():
-        return weight_utils.download_weights_from_hf(model_name_or_path, cache_dir, allow_patterns, revision,
-                                                     subfolder, ignore_patterns)
+def streaming_snapshot_folder(model_name_or_path: str, cache_dir: str | None, revision: str | None) -> str:
+    """download_weights_from_hf(..., load_while_downloading=True): the
+    snapshot folder at once, its weights downloading in the background and
+    readable by the safetensors iterators as they arrive (a load through the
+    engine fails at its end if a blob does not verify). The repository's own
+    choice of weights is used (as `weightlift load REPO` picks them: index,
+    else *.safetensors, *.bin, *.pt)."""
     key = (model_name_or_path, revision or "main", os.fspath(cache_dir) if cache_dir else "")
     with _sources_lock:
         source = _sources.get(key)

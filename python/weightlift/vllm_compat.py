@@ -5,7 +5,7 @@
 """
 from .ep_weight_filter import compute_local_expert_ids, parse_expert_id, should_skip_weight  # noqa: F401
 from .weight_utils import *  # noqa: F401,F403
-from ._hub import download_weights_from_hf, enable_xet_high_performance, maybe_download_from_modelscope  # noqa: F401
+from ._hub import enable_xet_high_performance, maybe_download_from_modelscope  # noqa: F401
 from ._gpu import fastsafetensors_weights_iterator, instanttensor_weights_iterator  # noqa: F401
 from ._objstore import runai_safetensors_weights_iterator  # noqa: F401
 from .weight_utils import (  # noqa: F401  (private helpers vLLM's own tests use)

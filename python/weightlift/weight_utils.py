@@ -640,13 +640,23 @@ def download_weights_from_hf(
     revision: str | None = None,
     subfolder: str | None = None,
     ignore_patterns: str | list[str] | None = None,
+    *,
+    load_while_downloading: bool = False,
 ) -> str:
     """Downloads a model's weight files into the Hub cache and returns the
     snapshot folder. With "*.safetensors" allowed and an index in the repo,
     exactly the files its weight_map names are fetched; otherwise the first
     allowed pattern that matches a file of the repo. Offline, only the cache
     is used (LocalEntryNotFoundError when the files are not there). Holds the
-    model's lock (get_lock) while downloading."""
+    model's lock (get_lock) while downloading.
+
+    load_while_downloading=True (ours; not with subfolder, ignore_patterns or
+    ModelScope): returns the folder at once while the weights download in the
+    background (_hub.streaming_snapshot_folder)."""
+    from . import _hub
+
+    if load_while_downloading and not (subfolder or ignore_patterns or _hub._use_modelscope()):
+        return _hub.streaming_snapshot_folder(model_name_or_path, cache_dir, revision)
     assert len(allow_patterns) > 0
     if isinstance(ignore_patterns, str):
         ignore_patterns = [ignore_patterns]

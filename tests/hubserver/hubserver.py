@@ -16,7 +16,8 @@ carry their git blob sha1 as ETag and are served directly.
 Listens only on 127.0.0.1 with ports chosen by the OS. Test hooks (hub port):
   POST /_wl/faults   JSON {"mode": ..., "count": N, "path": substring, "retry_after": s}
                      modes: reset (close mid-body), truncate (short body, clean close),
-                     500, 429, corrupt (flip a byte: wrong ETag), none
+                     500, 429, corrupt (flip a byte: wrong ETag), slow (that response
+                     at 16 KiB/s), none
   POST /_wl/rate     JSON {"bytes_per_s": R, "burst": B}  per-connection throttle (0 = off),
                      after B bytes of each response sent at full speed (default 0)
                      (both also as GET with query parameters, e.g. /_wl/rate?bytes_per_s=1000)
@@ -42,6 +43,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 LFS_EXTS = (".safetensors", ".bin", ".pt", ".pth", ".npy", ".gguf", ".h5", ".msgpack")
 CHUNK = 1024 * 1024
+SLOW_RATE = 16 * 1024  # bytes/s of a response the "slow" fault picked
 
 
 class Repo:
@@ -393,15 +395,17 @@ def make_handler(state, is_cdn):
                 limit = length // 2
             sent = 0
             t0 = time.monotonic()
+            # The throttle: the server-wide rate, or the "slow" fault's for this response alone.
+            rate, burst = (SLOW_RATE, 0) if mode == "slow" else (state.rate, state.burst)
             with open(fi.path, "rb") as f:
                 f.seek(start)  # the corrupt mode reads; sendfile takes explicit offsets
                 while sent < limit:
                     # Throttled: small pieces, each sent only once the rate allows it
                     # (a range of one CHUNK would otherwise leave at full speed).
-                    piece = CHUNK if state.rate <= 0 else max(4096, min(CHUNK, state.rate // 20))
+                    piece = CHUNK if rate <= 0 else max(4096, min(CHUNK, rate // 20))
                     want = min(piece, limit - sent)
-                    if state.rate > 0 and sent + want > state.burst:
-                        ahead = (sent + want - state.burst) / state.rate - (time.monotonic() - t0)
+                    if rate > 0 and sent + want > burst:
+                        ahead = (sent + want - burst) / rate - (time.monotonic() - t0)
                         if ahead > 0:
                             time.sleep(ahead)
                     try:
