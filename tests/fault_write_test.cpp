@@ -7,6 +7,7 @@
 #include <cerrno>
 
 #include "engine_test_util.h"
+#include "fault_injection_env.h"
 #include "test_util.h"
 #include "weightlift/convert.h"
 #include "weightlift/npy.h"
@@ -18,46 +19,10 @@ namespace {
 using testing::make_f32;
 using testing::TempDir;
 
-// Files created through this Env accept `budget` bytes in all, then fail
-// every write with ENOSPC; everything else goes to the default Env.
-class DiskFullEnv final : public EnvWrapper {
- public:
-  explicit DiskFullEnv(uint64_t budget) : EnvWrapper(Env::Default()), left_(budget) {}
-  Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& o) override {
-    WL_ASSIGN_OR_RETURN(auto f, target()->new_writable(path, o));
-    return std::unique_ptr<WritableFile>(std::make_unique<File>(std::move(f), &left_));
-  }
-
- private:
-  class File final : public WritableFile {
-   public:
-    File(std::unique_ptr<WritableFile> f, std::atomic<uint64_t>* left) : f_(std::move(f)), left_(left) {}
-    const std::string& path() const override { return f_->path(); }
-    Status append(std::span<const std::byte> d) override {
-      WL_RETURN_IF_ERROR(take(d.size()));
-      return f_->append(d);
-    }
-    Status write_at(uint64_t off, std::span<const std::byte> d) override {
-      WL_RETURN_IF_ERROR(take(d.size()));
-      return f_->write_at(off, d);
-    }
-    Status truncate(uint64_t n) override { return f_->truncate(n); }
-    Result<uint64_t> size() const override { return f_->size(); }
-    Status sync() override { return f_->sync(); }
-    Status close() override { return f_->close(); }
-
-   private:
-    Status take(uint64_t n) {
-      uint64_t cur = left_->load();
-      while (true) {
-        if (n > cur) return Status::FromErrno(ENOSPC, "write failed").with_file(f_->path());
-        if (left_->compare_exchange_weak(cur, cur - n)) return Status();
-      }
-    }
-    std::unique_ptr<WritableFile> f_;
-    std::atomic<uint64_t>* left_;
-  };
-  std::atomic<uint64_t> left_;
+// Files created through it accept `budget` bytes in all, then fail every
+// write with ENOSPC; everything else goes to the default Env.
+struct DiskFullEnv : testing::FaultInjectionEnv {
+  explicit DiskFullEnv(uint64_t budget) { add_write({.enospc_after_bytes = budget}); }
 };
 
 TEST(FaultWrite, SafetensorsAndNpyWritersLeaveNothingOnAFullDisk) {
