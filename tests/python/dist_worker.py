@@ -18,6 +18,7 @@ import time
 import torch
 import torch.distributed as dist
 
+from pagecache import drop_cache  # noqa: F401  (test_distributed imports it from here)
 from weightlift._distributed import load_distributed
 
 
@@ -27,16 +28,6 @@ def storage_read() -> int:
             if line.startswith("read_bytes:"):
                 return int(line.split()[1])
     return 0
-
-
-def drop_cache(paths):
-    for p in paths:
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
 
 
 def sha(t: torch.Tensor) -> str:

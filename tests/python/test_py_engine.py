@@ -13,6 +13,7 @@ import torch
 from safetensors.torch import save_file as st_save_file
 
 import weightlift
+from pagecache import drop_cache
 from weightlift import _core, vllm_compat
 from weightlift import weight_utils as mod
 
@@ -223,16 +224,6 @@ def test_dummy_values_are_the_engines():
     assert ((p >= -1e-3) & (p < 1e-3)).all()
 
 
-def _drop(files):
-    for f in files:
-        fd = os.open(f, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def test_cold_files_keep_the_reference_order(tmp_path):
     """Cold files are read by the engine's stream (O_DIRECT threads, out of
     order); the iterator still yields keys() order, file by file."""
@@ -244,13 +235,13 @@ def test_cold_files_keep_the_reference_order(tmp_path):
         t = {f"w.{k:02d}": torch.randn(64, 1024, generator=g) for k in range(12)}
         files.append(str(tmp_path / f"model-{i + 1}.safetensors"))
         st_save_file(t, files[-1])
-    _drop(files)
+    drop_cache(files)
     f0 = _core.SafetensorsFile(files[0], "lazy")  # noqa: F841 (header only)
     expected = []
     for f in files:
         with st_safe_open(f, framework="pt") as h:
             expected += [(k, h.get_tensor(k).clone()) for k in h.keys()]
-    _drop(files)
+    drop_cache(files)
     got = list(vllm_compat.safetensors_weights_iterator(files, False))
     assert [n for n, _ in got] == [n for n, _ in expected]
     assert all(torch.equal(a, b) for (_, a), (_, b) in zip(got, expected))
