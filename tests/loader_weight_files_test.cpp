@@ -28,6 +28,13 @@ TEST(WeightFiles, NaturalOrder) {
   EXPECT_TRUE(natural_less("x99999999999999999999999", "x100000000000000000000000"));
 }
 
+TEST(WeightFiles, NaturalOrderIsByWhatFollowsTheLastSlash) {
+  // As the reference's os.path.basename: "" for a trailing slash (found by fuzz_weight_index).
+  std::vector<std::string> v = {"/a/x10", "/b/c9/", "/a/x2"};
+  natural_sort(v);
+  EXPECT_EQ(v, (std::vector<std::string>{"/b/c9/", "/a/x2", "/a/x10"}));
+}
+
 TEST(WeightFiles, NaturalKeyIsPythonsSplit) {
   using V = std::vector<std::string>;
   EXPECT_EQ(natural_key("model-00001-of-00005.safetensors"), (V{"model-", "00001", "-of-", "00005", ".safetensors"}));

@@ -55,8 +55,14 @@ std::vector<std::string> natural_key(std::string_view name) {
 }
 
 void natural_sort(std::vector<std::string>& paths) {
+  // By what follows the last '/', as os.path.basename ("" for "a/b/"), not
+  // base_name(), which names the folder of a trailing slash.
+  auto last = [](std::string_view p) {
+    const size_t k = p.rfind('/');
+    return k == std::string_view::npos ? p : p.substr(k + 1);
+  };
   std::stable_sort(paths.begin(), paths.end(),
-                   [](const std::string& x, const std::string& y) { return natural_less(base_name(x), base_name(y)); });
+                   [&](const std::string& x, const std::string& y) { return natural_less(last(x), last(y)); });
 }
 
 Result<std::vector<std::string>> filter_duplicate_safetensors_files(const std::vector<std::string>& files,
