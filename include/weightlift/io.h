@@ -99,8 +99,9 @@ class RandomAccessFile : public std::enable_shared_from_this<RandomAccessFile> {
   // expect_version).
   virtual std::string version() const { return {}; }
 
-  // Fraction of a sample of the file's pages that sit in the page cache
-  // (0..1), or -1 when it cannot be told (not a local file).
+  // Fraction of the file's pages that sit in the page cache (0..1; counted
+  // by cachestat(), or a sample on older kernels), or -1 when it cannot be
+  // told (not a local file). Cheap enough to ask per file per load.
   virtual double cached_fraction() const { return -1; }
 
   // True for sources where every read is a network request (HTTP, S3): the

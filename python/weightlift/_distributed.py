@@ -230,12 +230,10 @@ def distributed_weights_iterator(
     fastsafetensors_weights_iterator and instanttensor_weights_iterator (with
     their process group) and the safetensors iterators (when
     wants_distributed()) yield from. group: as load_distributed()."""
-    from tqdm.auto import tqdm
+    from .weight_utils import _tqdm, enable_tqdm
 
-    from .weight_utils import enable_tqdm
-
-    bar = tqdm(desc="Loading safetensors checkpoint shards (distributed)", unit=" tensors",
-               disable=not enable_tqdm(use_tqdm_on_load))
+    bar = _tqdm(None, desc="Loading safetensors checkpoint shards (distributed)", unit=" tensors",
+                bar_format=None, disable=not enable_tqdm(use_tqdm_on_load))
     try:
         for name, tensor in load_distributed(hf_weights_files, group, **engine):
             bar.update(1)

@@ -60,10 +60,35 @@ def _log_once(level: int, msg: str, *args) -> None:
         logger.log(level, msg, *args)
 
 
+class _NoBar:
+    """What a disabled bar is: tqdm(disable=True) still starts its monitor
+    thread and takes a multiprocessing lock (about 2 ms per iterator)."""
+
+    n = 0
+
+    def __init__(self, iterable=None):
+        self._iterable = iterable
+
+    def __iter__(self):
+        return iter(self._iterable)
+
+    def update(self, n=1):
+        pass
+
+    def refresh(self):
+        pass
+
+    def close(self):
+        pass
+
+
 def _tqdm(iterable, **kwargs):
+    if kwargs.get("disable"):
+        return _NoBar(iterable)
     from tqdm.auto import tqdm
 
-    return tqdm(iterable, bar_format=_BAR_FORMAT, **kwargs)
+    kwargs.setdefault("bar_format", _BAR_FORMAT)
+    return tqdm(iterable, **kwargs)
 
 
 # ---- the engine behind every iterator ----------------------------------------------------

@@ -63,15 +63,20 @@ bool as_view(const PlannedTensor& t, const LoadOptions& o) {
   return o.file_views && o.destination == nullptr && !t.shard && t.file_offset.has_value();
 }
 
-// Hands a tensor over as a view of `file` (a private mapping), its pages
-// mapped in first when `populate`.
+// Hands a tensor over as a view of `file` (a private mapping). With
+// `populate`, its pages are then mapped in while it waits in the queue (the
+// consumer never waits for that: a consumer already at it maps the pages in
+// alongside), unless the consumer has already let it go.
 Status deliver_view(const PlannedTensor& t, const PlanFile& pf, const std::shared_ptr<RandomAccessFile>& file,
                     Delivery& d, bool populate) {
   auto span = file->view(*t.file_offset, t.nbytes);
   if (!span.ok()) return Status(span.status()).with_tensor(t.name).with_file(pf.path);
-  if (populate && t.nbytes > 0) file->advise(*t.file_offset, t.nbytes, Advice::kPopulate);
   auto owner = std::make_shared<MappedTensor>(file, *t.file_offset, t.nbytes);
-  return d.deliver(t, pf.path, TensorView(t.dtype, t.shape, *span, std::move(owner)));
+  std::weak_ptr<MappedTensor> alive = owner;
+  WL_RETURN_IF_ERROR(d.deliver(t, pf.path, TensorView(t.dtype, t.shape, *span, std::move(owner))));
+  if (populate && t.nbytes > 0)
+    if (auto keep = alive.lock()) file->advise(*t.file_offset, t.nbytes, Advice::kPopulate);
+  return Status();
 }
 
 // Starts reading the planned tensors' ranges into the page cache (asynchronous
@@ -100,7 +105,8 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& 
   const bool views = o.file_views && o.destination == nullptr;
   WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, views ? FileMode::kMmapPrivate : FileMode::kMmap));
   file->advise(0, file->size(), Advice::kSequential);
-  if (views) will_need(plan, pf, *file);
+  // Readahead hints walk the whole file: only where part of it is not cached.
+  if (views && !(file->cached_fraction() >= 0.9)) will_need(plan, pf, *file);
   PendingCopies pending;  // device destinations: copies in flight
   Status st = [&]() -> Status {
   for (size_t ti : pf.tensors) {
