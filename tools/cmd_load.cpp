@@ -202,7 +202,12 @@ int run_load(const LoadArgs& a) {
   }
   bool downloading = false;
   for (auto& s : sources) downloading |= !s->pending().empty();
-  if (downloading && opt.strategy == Strategy::kAuto) opt.strategy = Strategy::kStream;  // parallel readers
+  // While downloading, each tensor is a view of the cache's partial file once
+  // its bytes arrived (no second copy); into a destination, parallel readers.
+  if (downloading && opt.strategy == Strategy::kAuto) {
+    opt.strategy = opt.destination == nullptr ? Strategy::kLazy : Strategy::kStream;
+    opt.file_views = opt.destination == nullptr;
+  }
   const bool leader = a.tp_rank == 0 && a.rank == 0 && (!world || world->rank() == 0);
   const bool show = leader && !a.no_progress;
   if (leader && a.verbose) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };

@@ -123,22 +123,24 @@ def main():
                 shutil.rmtree(cache, ignore_errors=True)
         srv.stop()
         best = {k: min(v) for k, v in results.items()}
+        median = {k: sorted(w for w, _ in v)[len(v) // 2] for k, v in results.items()}
         alone = best["weightlift download alone"][0]
         hf = best["huggingface_hub 0.27 download + load"][0]
         mib = total / (1 << 20)
-        print("repo: %.0f MiB of tensors in %d shards; server throttled to %.0f MB/s per connection; best of %d"
+        print("repo: %.0f MiB of tensors in %d shards; server throttled to %.0f MB/s per connection; best (and median) of %d"
               % (mib, args.shards, args.rate_mbps, args.runs))
         print("| tool | time s | MB/s | peak RSS MiB | RSS beyond tensors MiB | time / download alone | "
-              "time / huggingface_hub 0.27 download+load |")
-        print("|---|---:|---:|---:|---:|---:|---:|")
+              "time / huggingface_hub 0.27 download+load | median s | median / download alone median |")
+        print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         order = ["weightlift load (while downloading)", "weightlift download alone", "weightlift download, then load"]
         order += [k for k in best if k not in order]
         for name in order:
             wall, rss = best[name]
             loads = "load" in name and name != "weightlift download alone"
             beyond = "%.0f" % (rss - mib) if loads else "-"
-            print("| %s | %.2f | %.1f | %.0f | %s | %.2fx | %.2fx |"
-                  % (name, wall, total / wall / 1e6, rss, beyond, wall / alone, wall / hf))
+            print("| %s | %.2f | %.1f | %.0f | %s | %.2fx | %.2fx | %.2f | %.2fx |"
+                  % (name, wall, total / wall / 1e6, rss, beyond, wall / alone, wall / hf, median[name],
+                     median[name] / median["weightlift download alone"]))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 

@@ -146,7 +146,9 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
   WL_ASSIGN_OR_RETURN(out_, env->new_writable(partial_, {.mode = 0666, .truncate = false}));
   WL_ASSIGN_OR_RETURN(uint64_t cur, out_->size());
   if (cur != m_.size) WL_RETURN_IF_ERROR(out_->truncate(m_.size));
-  WL_ASSIGN_OR_RETURN(in_, env->open(partial_, {.mode = FileMode::kPread}));
+  // Mapped (copy-on-write) as well as read: views of the bytes that arrived
+  // are tensors without a copy (HubFile::view); reads still use pread.
+  WL_ASSIGN_OR_RETURN(in_, env->open(partial_, {.mode = FileMode::kMmapPrivate}));
   uint64_t resumed = 0;
   for (auto& ch : chunks_) resumed += ch.have;
   if (resumed) c_.add_progress(resumed);
@@ -291,23 +293,26 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
 
 Status BlobFetch::copy_out(uint64_t offset, std::span<std::byte> dst) const { return in_->read_at(offset, dst); }
 
-Status BlobFetch::read(uint64_t offset, std::span<std::byte> dst) {
-  if (offset > m_.size || dst.size() > m_.size - offset)
-    return Status::OutOfRange(fmt::format("read of {} bytes at offset {} past the end ({} bytes)", dst.size(), offset,
-                                          m_.size));
-  const uint64_t end = offset + dst.size();
+Status BlobFetch::read(uint64_t offset, std::span<std::byte> dst) { return await_range(offset, dst.size(), dst, true); }
+
+Status BlobFetch::arrive(uint64_t offset, uint64_t n) { return await_range(offset, n, {}, false); }
+
+Status BlobFetch::await_range(uint64_t offset, uint64_t n, std::span<std::byte> dst, bool copy) {
+  if (offset > m_.size || n > m_.size - offset)
+    return Status::OutOfRange(fmt::format("read of {} bytes at offset {} past the end ({} bytes)", n, offset, m_.size));
+  const uint64_t start = offset, end = offset + n;
   for (size_t k = 0; k < chunks_.size() && offset < end; ++k) {
     const uint64_t cb = chunks_[k].begin, ce = chunks_[k].end;
     if (ce <= offset) continue;
     const uint64_t a = offset, b = std::min(end, ce);
-    auto part = dst.subspan(static_cast<size_t>(a - (end - dst.size())), static_cast<size_t>(b - a));
+    auto part = copy ? dst.subspan(static_cast<size_t>(a - start), static_cast<size_t>(b - a)) : std::span<std::byte>();
     std::unique_lock lk(mu_);
     for (;;) {
       if (!error_.ok()) return error_;
       Chunk& ch = chunks_[k];
       if (ch.have == ce - cb || cb + ch.have >= b) {  // arrived (as far as this read needs)
         lk.unlock();
-        WL_RETURN_IF_ERROR(copy_out(a, part));
+        if (copy) WL_RETURN_IF_ERROR(copy_out(a, part));
         break;
       }
       if (!ch.claimed) {  // nobody fetches it: fetch it here, straight into the caller's buffer too
@@ -319,7 +324,7 @@ Status BlobFetch::read(uint64_t offset, std::span<std::byte> dst) {
           fail(s);
           return s;
         }
-        if (had > a) WL_RETURN_IF_ERROR(copy_out(a, part.first(static_cast<size_t>(std::min(had, b) - a))));
+        if (copy && had > a) WL_RETURN_IF_ERROR(copy_out(a, part.first(static_cast<size_t>(std::min(had, b) - a))));
         break;
       }
       cv_.wait(lk);

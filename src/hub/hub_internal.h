@@ -83,6 +83,12 @@ class BlobFetch {
   // Fills dst with bytes [offset, offset + dst.size()): copies what arrived,
   // waits for chunks another thread fetches, fetches missing ones itself.
   Status read(uint64_t offset, std::span<std::byte> dst);
+  // As read(), without the copy: returns once bytes [offset, offset + n)
+  // are in the partial file (fetching missing ones itself).
+  Status arrive(uint64_t offset, uint64_t n);
+  // The partial file (renamed to the blob once verified, same inode): a
+  // private mapping whose view() of arrived bytes stays valid while held.
+  const std::shared_ptr<RandomAccessFile>& partial() const { return in_; }
   // Blocks until every chunk arrived (or the fetch failed), then verifies and
   // renames the blob into place (once; later calls return the same status).
   Status finish();
@@ -103,6 +109,7 @@ class BlobFetch {
   void chunk_arrived_locked(size_t k, std::unique_lock<std::mutex>& lk);
   void advance_hash(std::unique_lock<std::mutex>& lk);
   Status copy_out(uint64_t offset, std::span<std::byte> dst) const;
+  Status await_range(uint64_t offset, uint64_t n, std::span<std::byte> dst, bool copy);
   Status verify_and_commit();
 
   HubCtx& c_;

@@ -41,6 +41,20 @@ class HubFile final : public RandomAccessFile {
     if (!s.ok() && s.file().empty()) s.with_file(p_->path);
     return s;
   }
+  // Bytes of the cache's partial file once they arrived (waiting for them):
+  // file views without a copy, valid while this file lives.
+  Result<std::span<const std::byte>> view(uint64_t offset, uint64_t n) const override {
+    Status s = p_->fetch->arrive(offset, n);
+    if (!s.ok()) {
+      if (s.file().empty()) s.with_file(p_->path);
+      return s;
+    }
+    return p_->fetch->partial()->view(offset, n);
+  }
+  // Hints reach the mapping; readahead does not (unwritten stretches are holes).
+  void advise(uint64_t offset, uint64_t n, Advice advice) const override {
+    if (advice != Advice::kWillNeed && advice != Advice::kSequential) p_->fetch->partial()->advise(offset, n, advice);
+  }
 
  private:
   std::shared_ptr<Pending> p_;

@@ -193,6 +193,48 @@ def test_python_iterator_and_download_opt_in(server, tmp_path):
     assert "CorruptDataError" in r.stderr and "model-00001-of-00002.safetensors in org/m" in r.stderr, r.stderr
 
 
+def test_tensors_loaded_while_downloading_are_views_of_the_cache_not_copies(server, tmp_path):
+    """No second copy: each tensor the iterator yields (strategy None) lies in
+    a mapping of the cache's blob file, bytes equal to the checkpoint's; with
+    strategy="stream" it is new memory. The CLI picks the same view path."""
+    pytest.importorskip("weightlift")
+    server.set_rate(8 << 20)
+    env = {"HF_ENDPOINT": server.endpoint, "HF_HUB_CACHE": str(tmp_path / "c")}
+    code = (
+        "import hashlib, json, sys, weightlift as wl\n"
+        "def where(ptr):\n"
+        "    for line in open('/proc/self/maps'):\n"
+        "        parts = line.split(maxsplit=5)\n"
+        "        a, b = (int(x, 16) for x in parts[0].split('-'))\n"
+        "        if a <= ptr < b:\n"
+        "            return parts[5].strip() if len(parts) > 5 else ''\n"
+        "    return ''\n"
+        "out = {}\n"
+        "for strategy in (None, 'stream'):\n"
+        "    kw = {} if strategy is None else {'strategy': strategy}\n"
+        "    rows = {}\n"
+        "    for n, t in wl.hub_weights_iterator('org/m', cache_dir=sys.argv[1] + (strategy or ''), **kw):\n"
+        "        rows[n] = [hashlib.sha256(t.numpy().tobytes()).hexdigest(), where(t.data_ptr())]\n"
+        "    out[str(strategy)] = rows\n"
+        "print(json.dumps(out))\n")
+    import sys
+    r = subprocess.run([sys.executable, "-c", code, str(tmp_path / "c")], capture_output=True, text=True,
+                       env=dict(os.environ, **env), timeout=120)
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    want = expected_checksums()
+    assert {n: v[0] for n, v in out["None"].items()} == want
+    assert {n: v[0] for n, v in out["stream"].items()} == want
+    for n, (_, mapped) in out["None"].items():
+        assert "/models--org--m/blobs/" in mapped, (n, mapped)
+    for n, (_, mapped) in out["stream"].items():
+        assert "/blobs/" not in mapped, (n, mapped)
+    check_cache_clean(tmp_path / "c")
+    r = run_cli(["load", "org/m", "--no-progress"], {"HF_ENDPOINT": server.endpoint, "HF_HUB_CACHE": str(tmp_path / "d")})
+    assert r.returncode == 0, r.stderr
+    assert "strategy lazy" in r.stderr, r.stderr
+
+
 def test_enable_xet_high_performance_and_maybe_download_from_modelscope(server, tmp_path):
     pytest.importorskip("weightlift")
     from hub_fixtures import HF_RELEASES, hf_release_available
