@@ -3,6 +3,7 @@
 
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +36,9 @@ class CountingEnv : public EnvWrapper {
     std::lock_guard lk(mu_);
     reads_.push_back(std::move(r));
   }
+  // When set, every file reports this page-cache residency (cold or warm
+  // on demand, whatever the kernel holds).
+  std::optional<double> cached;
 
  private:
   mutable std::mutex mu_;
@@ -59,7 +63,7 @@ class CountingFile : public RandomAccessFile {
     f_->advise(offset, n, a);
   }
   std::string version() const override { return f_->version(); }
-  double cached_fraction() const override { return f_->cached_fraction(); }
+  double cached_fraction() const override { return env_->cached ? *env_->cached : f_->cached_fraction(); }
 
  private:
   std::shared_ptr<RandomAccessFile> f_;

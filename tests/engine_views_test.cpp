@@ -73,6 +73,38 @@ TEST(EngineViews, ViewsArePrivateWritableAndOutliveTheLoad) {
   }
 }
 
+TEST(EngineViews, EagerMapsAColdFileInWholeAndACachedOneTensorByTensor) {
+  TempDir dir;
+  std::string p = dir.file("m.safetensors");
+  write_st(p, {{"a", make_f32({1024, 8}, 1)}, {"b", make_f32({512}, 2)}});
+  const uint64_t size = *Env::Default()->file_size(p);
+  for (double cached : {0.0, 1.0}) {
+    testing::CountingEnv env;
+    env.cached = cached;
+    LoadOptions o;
+    o.strategy = Strategy::kEager;
+    o.file_views = true;
+    o.direct = DirectIo::kOff;  // views even of a cold file
+    o.env = &env;
+    std::vector<LoadedTensor> kept;  // held, as a consumer holds what it has not copied yet
+    auto r = load_files({p}, o, [&](LoadedTensor&& t) {
+      kept.push_back(std::move(t));
+      return Status();
+    });
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    ASSERT_EQ(kept.size(), 2u);
+    std::vector<uint64_t> populated;  // the mapping's page-ins (the header's reads left out)
+    for (auto& rec : env.reads())
+      if (rec.offset != 0 || rec.len != 8)
+        if (rec.offset != 8) populated.push_back(rec.len);
+    if (cached == 0.0) {
+      EXPECT_EQ(populated, std::vector<uint64_t>{size});  // one sequential pass before the first tensor
+    } else {
+      EXPECT_EQ(populated, (std::vector<uint64_t>{1024u * 8 * 4, 512u * 4}));  // as lazy: tensor by tensor
+    }
+  }
+}
+
 TEST(EngineViews, ShardsAreStillCopied) {
   TempDir dir;
   std::string p = dir.file("m.safetensors");

@@ -152,6 +152,7 @@ TEST(Prefetch, StripesFilesByRankAndLogsEveryTenPercent) {
     write_bytes(files.back(), std::string(1000 + i, 'a'));
   }
   testing::CountingEnv env;
+  env.cached = 0.0;  // cold: every block is read in
   PrefetchOptions o;
   o.threads = 3;
   o.block_size = 256;
@@ -185,6 +186,28 @@ TEST(Prefetch, StripesFilesByRankAndLogsEveryTenPercent) {
   ASSERT_TRUE(prefetch_files({dir.file("missing")}, o).ok());
   ASSERT_EQ(log.size(), 1u);
   EXPECT_NE(log[0].find("warning: failed to prefetch"), std::string::npos);
+}
+
+TEST(Prefetch, LeavesFilesAlreadyInThePageCacheAlone) {
+  TempDir dir;
+  std::vector<std::string> files = {dir.file("a"), dir.file("b")};
+  for (auto& f : files) write_bytes(f, std::string(5000, 'a'));
+  testing::CountingEnv env;
+  env.cached = 0.95;
+  PrefetchOptions o;
+  o.block_size = 1024;
+  o.env = &env;
+  std::vector<std::string> log;
+  o.log = [&](const std::string& l) { log.push_back(l); };
+  ASSERT_TRUE(prefetch_files(files, o).ok());
+  EXPECT_TRUE(env.reads().empty());  // nothing mapped in again
+  ASSERT_FALSE(log.empty());
+  EXPECT_EQ(log.back(), "Prefetching checkpoint files: 100% (2/2)");
+  env.cached = 0.5;  // half cold: read in
+  ASSERT_TRUE(prefetch_files(files, o).ok());
+  uint64_t bytes = 0;
+  for (auto& r : env.reads()) bytes += r.len;
+  EXPECT_EQ(bytes, 10000u);
 }
 
 TEST(Prefetch, CheckpointSize) {

@@ -119,8 +119,9 @@ struct LoadOptions {
   // every tensor stored whole and contiguously in its file is handed over as
   // a zero-copy view of a private copy-on-write mapping of the file (writable;
   // a write copies the page for this process and never reaches the file),
-  // its pages mapped in by the engine before the hand-over (read faults, no
-  // copy; lazy: tensor by tensor, eager: the whole file first) and dropped
+  // its pages mapped in by the engine (read faults, no copy; lazy: tensor by
+  // tensor, right after each is queued; eager: the whole file before its
+  // first tensor, unless 90% of it is in the page cache already) and dropped
   // from this process when the last view of the tensor dies. No fresh memory
   // is touched. Shards and non-contiguous tensors are copied as before; the
   // stream strategy always reads into memory. Files that are mostly not in

@@ -57,7 +57,8 @@ struct PrefetchOptions {
 };
 
 // Reads files[rank::world_size] sequentially in blocks on `threads` workers so
-// that the page cache holds them. Per-file failures are logged and skipped.
+// that the page cache holds them; a file already 90% cached is left alone.
+// Per-file failures are logged and skipped.
 // Invalid options are kInvalidArgument. Synchronous.
 Status prefetch_files(const std::vector<std::string>& files, const PrefetchOptions& options);
 

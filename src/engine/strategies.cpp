@@ -145,15 +145,19 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
   if (o.file_views && o.destination == nullptr) {
     // The whole file mapped in (read in sequentially where not cached)
     // before its first tensor is handed over.
+    // The whole file is read in before its first tensor only where it is not
+    // in the page cache already (the point of eager is one sequential read);
+    // a cached file's tensors are handed over as lazy hands them over.
     WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, FileMode::kMmapPrivate));
+    const bool cached = file->cached_fraction() >= 0.9;
     file->advise(0, file->size(), Advice::kSequential);
-    file->advise(0, file->size(), Advice::kPopulate);
+    if (!cached) file->advise(0, file->size(), Advice::kPopulate);
     *bytes_read += file->size();
     for (size_t ti : pf.tensors) {
       if (d.stopped()) return d.status();
       const PlannedTensor& t = plan.tensors[ti];
       if (as_view(t, o)) {
-        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/false));
+        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/cached));
         continue;
       }
       WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
