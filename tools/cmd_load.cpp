@@ -205,8 +205,8 @@ int run_load(const LoadArgs& a) {
   // While downloading, each tensor is a view of the cache's partial file once
   // its bytes arrived (no second copy); into a destination, parallel readers.
   if (downloading && opt.strategy == Strategy::kAuto) {
-    opt.strategy = opt.destination == nullptr ? Strategy::kLazy : Strategy::kStream;
     opt.file_views = opt.destination == nullptr;
+    opt.strategy = opt.file_views ? Strategy::kLazy : Strategy::kStream;
   }
   const bool leader = a.tp_rank == 0 && a.rank == 0 && (!world || world->rank() == 0);
   const bool show = leader && !a.no_progress;

@@ -103,6 +103,9 @@ class RandomAccessFile : public std::enable_shared_from_this<RandomAccessFile> {
   // by cachestat(), or a sample on older kernels), or -1 when it cannot be
   // told (not a local file). Cheap enough to ask per file per load.
   virtual double cached_fraction() const { return -1; }
+  // At least 90% of the file is in the page cache: a pass that would read it
+  // in (eager's whole-file read, prefetch, readahead hints) has nothing to do.
+  bool mostly_cached() const { return cached_fraction() >= 0.9; }
 
   // True for sources where every read is a network request (HTTP, S3): the
   // planner then prefers few large ranged reads and never maps the file.

@@ -106,7 +106,7 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& 
   WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, views ? FileMode::kMmapPrivate : FileMode::kMmap));
   file->advise(0, file->size(), Advice::kSequential);
   // Readahead hints walk the whole file: only where part of it is not cached.
-  if (views && !(file->cached_fraction() >= 0.9)) will_need(plan, pf, *file);
+  if (views && !file->mostly_cached()) will_need(plan, pf, *file);
   PendingCopies pending;  // device destinations: copies in flight
   Status st = [&]() -> Status {
   for (size_t ti : pf.tensors) {
@@ -143,13 +143,11 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
                        uint64_t* bytes_read) {
   PlanFile& pf = plan.files[fi];
   if (o.file_views && o.destination == nullptr) {
-    // The whole file mapped in (read in sequentially where not cached)
-    // before its first tensor is handed over.
     // The whole file is read in before its first tensor only where it is not
     // in the page cache already (the point of eager is one sequential read);
     // a cached file's tensors are handed over as lazy hands them over.
     WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, FileMode::kMmapPrivate));
-    const bool cached = file->cached_fraction() >= 0.9;
+    const bool cached = file->mostly_cached();
     file->advise(0, file->size(), Advice::kSequential);
     if (!cached) file->advise(0, file->size(), Advice::kPopulate);
     *bytes_read += file->size();

@@ -33,7 +33,7 @@ Status prefetch_impl(const std::vector<std::string>& files, const PrefetchOption
         st = f.status();
       } else if ((*f)->is_remote()) {
         // Nothing to warm: a remote object does not go through the page cache.
-      } else if ((*f)->cached_fraction() >= 0.9) {
+      } else if ((*f)->mostly_cached()) {
         // Warm already: mapping it in again would only take the consumer's CPU.
       } else {
         const bool mapped = (*f)->size() == 0 || (*f)->view(0, 1).ok();
