@@ -138,14 +138,13 @@ def hub_weights_iterator(
     each tensor yielded once its bytes arrived. The cache ends exactly as a
     plain download leaves it. Raises at the end (CorruptDataError naming the
     file) when a blob does not match its ETag, even after its tensors were
-    yielded. strategy None: each tensor is a copy-on-write view of the cache
-    file it arrived in (no second copy); any other strategy reads into new
-    memory. `engine`: the loader's options (threads, block_size, max_memory...)."""
+    yielded. strategy None (the engine's auto): each tensor is a copy-on-write
+    view of the cache file it arrived in (no second copy); "stream" reads into
+    new memory. `engine`: the loader's options (threads, block_size, max_memory...)."""
     source = hub_source(repo_id, revision, cache_dir)
-    if strategy is None:  # views of the cache's files as their bytes arrive (no second copy)
-        strategy = "lazy"
-        engine.setdefault("file_views", True)
-    stream = open_stream(source.weight_files, max_queued_bytes=max_queued_bytes, strategy=strategy, **engine)
+    engine.setdefault("file_views", True)  # as every iterator of the package
+    stream = open_stream(source.weight_files, max_queued_bytes=max_queued_bytes, strategy=strategy or "auto",
+                         **engine)
     try:
         for name, file, dtype, shape, data in stream:
             yield name, to_torch(dtype, shape, data, name, file)
