@@ -423,6 +423,35 @@ void bind_engine(nb::module_& m) {
         return nb::make_tuple(d.prefetch, d.warn, d.reason);
       },
       "fstype"_a, "checkpoint_bytes"_a, "available_bytes"_a, "requested"_a);
+  // The rule over the files' facts in one call (the iterators' auto prefetch):
+  // the filesystem serving files[0] ("" for none), the files' total size and
+  // the available RAM, each measured here unless the caller gives it (vLLM's
+  // tests patch the Python helpers that tell them), then decide_prefetch.
+  nb::class_<wl::AutoDecision>(m, "PrefetchDecision")
+      .def_ro("prefetch", &wl::AutoDecision::prefetch)
+      .def_ro("warn", &wl::AutoDecision::warn)
+      .def_ro("reason", &wl::AutoDecision::reason)
+      .def_ro("fstype", &wl::AutoDecision::fstype)
+      .def_ro("checkpoint_bytes", &wl::AutoDecision::checkpoint_bytes)
+      .def_ro("available_bytes", &wl::AutoDecision::available_bytes)
+      .def("__repr__", [](const wl::AutoDecision& d) {
+        return fmt::format("PrefetchDecision(prefetch={}, warn={}, reason='{}')", d.prefetch ? "True" : "False",
+                           d.warn ? "True" : "False", d.reason);
+      });
+  m.def(
+      "decide_prefetch",
+      [](const std::vector<std::string>& files, bool requested, std::optional<std::string> fstype,
+         std::optional<uint64_t> checkpoint_bytes, std::optional<uint64_t> available_bytes) {
+        nb::gil_scoped_release nogil;
+        std::string fs = fstype ? *fstype : files.empty() ? std::string() : wl::filesystem_type(files[0]);
+        uint64_t total = checkpoint_bytes ? *checkpoint_bytes
+                         : files.empty()  ? 0
+                                          : unwrap(wl::checkpoint_size_bytes(files));
+        uint64_t avail = available_bytes ? *available_bytes : unwrap(wl::available_ram_bytes());
+        return wl::decide_prefetch(std::move(fs), total, avail, requested);
+      },
+      "files"_a, "requested"_a = false, nb::kw_only(), "fstype"_a.none() = nb::none(),
+      "checkpoint_bytes"_a.none() = nb::none(), "available_bytes"_a.none() = nb::none());
   nb::class_<PyPrefetcher>(m, "Prefetcher")
       .def(nb::init<std::vector<std::string>, int, uint64_t, int, int>(), "files"_a, "threads"_a, "block_size"_a,
            "rank"_a = 0, "world_size"_a = 1)

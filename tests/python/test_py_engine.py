@@ -154,6 +154,27 @@ def test_prefetch_helpers_are_the_engines(two_shards, caplog):
     assert _core.prefetch_decision("ext4", 100, 10, True)[:2] == (True, True)  # forced: a warning
 
 
+def test_prefetch_decision_is_one_engine_call(two_shards, tmp_path):
+    files, _ = two_shards
+    total = sum(os.path.getsize(f) for f in files)
+    d = _core.decide_prefetch(files, False)  # every fact measured by the engine
+    assert (d.fstype, d.checkpoint_bytes) == (_core.filesystem_type(files[0]), total)
+    assert d.available_bytes > 0
+    assert (d.prefetch, d.warn, d.reason) == _core.prefetch_decision(d.fstype, total, d.available_bytes, False)
+    # A fact the caller gives wins; the others are still measured.
+    nfs = _core.decide_prefetch(files, False, fstype="nfs", available_bytes=10 * total)
+    assert (nfs.prefetch, nfs.warn, nfs.fstype, nfs.checkpoint_bytes) == (True, False, "nfs", total)
+    assert "network filesystem and it fits in 90% of RAM" in nfs.reason
+    tight = _core.decide_prefetch(files, False, fstype="nfs", checkpoint_bytes=100, available_bytes=100)
+    assert (tight.prefetch, tight.warn) == (False, True)
+    forced = _core.decide_prefetch(files, True, fstype="ext4", checkpoint_bytes=100, available_bytes=10)
+    assert (forced.prefetch, forced.warn) == (True, True)
+    empty = _core.decide_prefetch([], False)
+    assert (empty.prefetch, empty.fstype, empty.checkpoint_bytes) == (False, "", 0)
+    with pytest.raises(FileNotFoundError, match="nope.safetensors"):
+        _core.decide_prefetch([str(tmp_path / "nope.safetensors")], False)
+
+
 def test_torchao_strategy_needs_torchao(two_shards, monkeypatch):
     files, _ = two_shards
     monkeypatch.setitem(sys.modules, "torchao", None)
