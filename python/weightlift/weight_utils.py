@@ -32,15 +32,15 @@ from typing import IO, Any
 import filelock
 import torch
 
-from . import _core
+from . import _core, _log, _prefetch
 from ._engine import open_stream
 from ._engine import options as _options
 from ._tensors import TORCH_TO_NAME, to_torch
 
-logger = logging.getLogger("weightlift")
+from ._log import logger
 
-DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS = 8
-DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE = 16 * 1024 * 1024
+DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS = _prefetch.DEFAULT_NUM_THREADS
+DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE = _prefetch.DEFAULT_BLOCK_SIZE
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 
 # Plain text, one line per update: readable under Ray / multiprocessing log prefixes.
@@ -49,16 +49,6 @@ _BAR_FORMAT = "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elap
 # Tensors the engine may map in ahead of the consumer (page-cache pages
 # mapped into this process, counted in its RSS until consumed).
 _LOOKAHEAD_BYTES = 64 << 20
-
-_warned: set[str] = set()
-
-
-def _log_once(level: int, msg: str, *args) -> None:
-    key = msg % args if args else msg
-    if key not in _warned:
-        _warned.add(key)
-        logger.log(level, msg, *args)
-
 
 class _NoBar:
     """What a disabled bar is: tqdm(disable=True) still starts its monitor
@@ -94,12 +84,6 @@ def _tqdm(iterable, **kwargs):
 # ---- the engine behind every iterator ----------------------------------------------------
 
 
-def _rank_world() -> tuple[int, int]:
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank(), torch.distributed.get_world_size()
-    return 0, 1
-
-
 def _engine_iter(files: list[str], *, desc: str = "", use_tqdm_on_load: bool = False,
                  max_queued_bytes: int = _LOOKAHEAD_BYTES, only: Iterable[str] | None = None,
                  exclude: Iterable[str] | None = None, rename: dict[str, str] | None = None,
@@ -122,7 +106,7 @@ def _engine_iter(files: list[str], *, desc: str = "", use_tqdm_on_load: bool = F
                 seen.add(file)
                 bar.n = len(seen) - 1
                 bar.refresh()
-                _drain_prefetch_logs()
+                _prefetch.drain_logs()
             yield (rename[file] if rename else name), to_torch(dtype, shape, data, name, file)
         bar.n = len(files)
         bar.refresh()
@@ -196,50 +180,29 @@ def enable_tqdm(use_tqdm_on_load: bool) -> bool:
 
 
 # ---- prefetch (network filesystems) ----------------------------------------------------
-# The facts and the prefetcher are the engine's (system.h, prefetch.h); these
-# names stay because vLLM's tests patch them.
+# The reference's private names, which vLLM's tests patch here. The facts,
+# the rule and the prefetcher are the engine's (_prefetch: system.h, prefetch.h).
+
+_get_checkpoints_size_bytes = _prefetch.checkpoints_size_bytes
+_get_available_ram_bytes = _prefetch.available_ram_bytes
+_get_fs_type = _prefetch.fs_type
+_prefetch_checkpoint = _prefetch.prefetch_checkpoint
+_prefetch_all_checkpoints = _prefetch.prefetch_all
+_prefetchers = _prefetch.prefetchers
 
 
-def _get_checkpoints_size_bytes(files: list[str]) -> int:
-    return _core.checkpoint_size_bytes([os.fspath(f) for f in files]) if files else 0
-
-
-def _get_available_ram_bytes() -> int:
-    """MemAvailable, bounded by the cgroup's remaining limit when there is one."""
-    return _core.available_ram_bytes()
-
-
-def _get_fs_type(files: list[str]) -> str:
-    """The filesystem type serving files[0]; "" for an empty list or when it cannot be told."""
-    return _core.filesystem_type(os.fspath(files[0])) if files else ""
-
-
-def _prefetch_checkpoint(file_path: str, block_size: int = DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE) -> None:
-    """Reads a file once, in blocks, so that its pages sit in the page cache."""
-    _core.prefetch_files([os.fspath(file_path)], 1, block_size)
-
-
-_prefetchers: list = []  # running background prefetches (the reference's daemon threads)
-
-
-def _drain_prefetch_logs() -> None:
-    for p in _prefetchers:
-        for line in p.take_log():
-            (logger.warning if line.startswith("warning:") else logger.info)("%s", line)
-
-
-def _prefetch_all_checkpoints(sorted_files: list[str],
-                              num_prefetch_threads: int = DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS,
-                              block_size: int = DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE) -> None:
-    """Starts reading this rank's share of the files (every world_size-th)
-    into the page cache in the background (the engine's Prefetcher);
-    failures are only logged."""
-    rank, world = _rank_world()
-    p = _core.Prefetcher([os.fspath(f) for f in sorted_files], num_prefetch_threads, block_size, rank, world)
-    _drain_prefetch_logs()
-    _prefetchers[:] = _prefetchers[-3:] + [p]
-    logger.info("Prefetching checkpoint files into page cache started (in background, num_threads=%d, "
-                "block_size=%d bytes)", num_prefetch_threads, block_size)
+def _prefetch_decision(files: list[str], requested: bool) -> _core.PrefetchDecision:
+    """The prefetch rule in one engine call. A fact helper above that was
+    replaced (vLLM's tests patch them) is asked here and its answer passed
+    in; the engine measures the others itself."""
+    known = {}
+    if _get_fs_type is not _prefetch.fs_type:
+        known["fstype"] = _get_fs_type(files)
+    if _get_checkpoints_size_bytes is not _prefetch.checkpoints_size_bytes:
+        known["checkpoint_bytes"] = _get_checkpoints_size_bytes(files)
+    if _get_available_ram_bytes is not _prefetch.available_ram_bytes:
+        known["available_bytes"] = _get_available_ram_bytes()
+    return _prefetch.decide(files, requested, **known)
 
 
 # ---- iterators ------------------------------------------------------------------------------
@@ -284,11 +247,9 @@ def safetensors_weights_iterator(
 
     prefetch = False
     if safetensors_load_strategy in (None, "prefetch"):
-        fs_type = _get_fs_type(sorted_files)
-        total = _get_checkpoints_size_bytes(sorted_files)
-        avail = _get_available_ram_bytes()
-        prefetch, warn, reason = _core.prefetch_decision(fs_type, total, avail, safetensors_load_strategy == "prefetch")
-        _log_once(logging.WARNING if warn else logging.INFO, "%s", reason)
+        decision = _prefetch_decision(sorted_files, safetensors_load_strategy == "prefetch")
+        _log.log_once(logging.WARNING if decision.warn else logging.INFO, "%s", decision.reason)
+        prefetch = decision.prefetch
         if prefetch:
             _prefetch_all_checkpoints(sorted_files, num_prefetch_threads=safetensors_prefetch_num_threads,
                                       block_size=safetensors_prefetch_block_size)
@@ -608,7 +569,7 @@ def maybe_remap_kv_scale_name(name: str, params_dict: dict) -> str | None:
     not a parameter of the model (the scale is then not loaded)."""
     remapped, warnings = _core.maybe_remap_kv_scale_name(name, params_dict)
     for w in warnings:
-        _log_once(logging.WARNING, "%s", w)
+        _log.log_once(logging.WARNING, "%s", w)
     return remapped
 
 
