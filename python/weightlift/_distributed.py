@@ -38,6 +38,7 @@ import torch
 
 from . import _core
 from ._engine import open_stream
+from ._files import weight_files
 from ._tensors import to_torch
 
 __all__ = [
@@ -169,13 +170,6 @@ def collective_for_group(group=None):
     return _core.python_collective(TorchCollective(group) if group is not None else SoloCollective())
 
 
-def _files_of(path_or_files) -> list[str]:
-    if isinstance(path_or_files, (str, os.PathLike)):
-        files, _fmt = _core.find_weight_files(os.fspath(path_or_files))
-        return list(files)
-    return [os.fspath(f) for f in path_or_files]
-
-
 def load_distributed(
     path_or_files: str | os.PathLike | Iterable[str],
     group=None,
@@ -201,7 +195,7 @@ def load_distributed(
     contributes 4x that per exchange round, default 32 MiB; threads;
     max_memory; direct "auto" | "on" | "off"). stats: filled at the end with
     the engine's figures (bytes_read: bytes this rank read from storage)."""
-    files = _files_of(path_or_files)
+    files = weight_files(path_or_files)
     if collective is None:
         collective = collective_for_group(group if group is not None else default_group())
     opts = dict(engine)

@@ -30,6 +30,7 @@ import torch
 
 from . import _core
 from ._engine import open_stream
+from ._files import get_lock
 from ._tensors import to_torch
 
 logger = logging.getLogger(__name__)
@@ -82,8 +83,6 @@ def maybe_download_from_modelscope(
     VLLM_USE_MODELSCOPE: None."""
     if not _use_modelscope():
         return None
-    from .weight_utils import get_lock
-
     as_list = lambda p: [p] if isinstance(p, str) else list(p or [])  # noqa: E731
     with get_lock(model, download_dir):
         if os.path.exists(model):

@@ -11,20 +11,14 @@ See docs/python.md for vLLM's loaders (stacked q/k/v, remapped names).
 """
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping
 
 import torch
 
 from . import _core
+from ._files import weight_files
 from ._tensors import TORCH_TO_NAME
 from .weight_utils import _engine_iter, _options, default_weight_loader
-
-
-def _files_of(path_or_files) -> list[str]:
-    if isinstance(path_or_files, (str, os.PathLike)):
-        return _core.find_weight_files(os.fspath(path_or_files))[0]
-    return [os.fspath(f) for f in path_or_files]
 
 
 def _direct(t: torch.Tensor, dtype: str, shape) -> bool:
@@ -50,7 +44,7 @@ def load_into(path_or_files, params: torch.nn.Module | Mapping[str, torch.Tensor
 
     Returns the engine's statistics plus "direct", "copied" and "fallback"
     (tensor counts). Keep `params` alive and untouched during the call."""
-    files = _files_of(path_or_files)
+    files = weight_files(path_or_files)
     if isinstance(params, torch.nn.Module):
         targets = dict(params.named_parameters())
         targets.update(dict(params.named_buffers()))

@@ -20,24 +20,28 @@ from __future__ import annotations
 import json
 import logging
 import os
-import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Callable, Generator, Iterable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
-import filelock
 import torch
 
-from . import _core, _log, _prefetch
+from . import _core, _files, _log, _prefetch
 from ._engine import open_stream
-from ._engine import options as _options
-from ._tensors import TORCH_TO_NAME, to_torch
-
+from ._engine import options as _options  # noqa: F401
+from ._files import (  # noqa: F401
+    atomic_writer,
+    convert_bin_to_safetensor_file,
+    filter_duplicate_safetensors_files,
+    filter_files_not_needed_for_inference,
+    get_lock,
+    temp_dir,
+)
+from ._files import natural_sort_key as _natural_sort_key  # noqa: F401
+from ._files import shared_pointers as _shared_pointers  # noqa: F401
 from ._log import logger
+from ._tensors import TORCH_TO_NAME, to_torch
 
 DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS = _prefetch.DEFAULT_NUM_THREADS
 DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE = _prefetch.DEFAULT_BLOCK_SIZE
@@ -115,59 +119,6 @@ def _engine_iter(files: list[str], *, desc: str = "", use_tqdm_on_load: bool = F
         bar.close()
 
 
-# ---- locks and atomic files ------------------------------------------------------
-
-temp_dir = tempfile.gettempdir()
-
-
-def get_lock(model_name_or_path: str | Path, cache_dir: str | None = None) -> filelock.FileLock:
-    """A file lock shared by every process (and user) working on this model:
-    the engine's own model lock file (the Hub client's, the NumPy cache's),
-    mode 0o666 so other users can take it."""
-    lock_dir = cache_dir or temp_dir
-    # The reference creates the parent of lock_dir (a quirk kept for identical behaviour).
-    os.makedirs(os.path.dirname(lock_dir), exist_ok=True)
-    return filelock.FileLock(_core.model_lock_path(str(model_name_or_path), lock_dir), mode=0o666)
-
-
-@contextmanager
-def atomic_writer(filepath: str | Path, mode: str = "w", encoding: str | None = None) -> Generator[IO, None, None]:
-    """Yields a temporary file beside `filepath`; on success it replaces
-    `filepath` in one rename, on an exception the original is untouched and the
-    temporary is removed (the exception propagates)."""
-    tmp_fd, tmp_path = tempfile.mkstemp(dir=os.path.dirname(filepath))
-    try:
-        with os.fdopen(tmp_fd, mode=mode, encoding=encoding) as f:
-            yield f
-        os.replace(tmp_path, filepath)
-    except Exception:
-        logger.exception("Error during atomic write. Original file '%s' not modified", filepath)
-        raise
-    finally:
-        if os.path.exists(tmp_path):
-            os.remove(tmp_path)
-
-
-# ---- file selection ------------------------------------------------------------------
-
-
-def _natural_sort_key(filepath: str) -> list:
-    """model-00001-of-00005.safetensors -> ['model-', 1, '-of-', 5, '.safetensors']
-    (the engine's natural order, weight_files.h natural_key)."""
-    return [int(s) if s.isdigit() else s for s in _core.natural_key(os.path.basename(filepath))]
-
-
-def filter_duplicate_safetensors_files(hf_weights_files: list[str], hf_folder: str, index_file: str) -> list[str]:
-    """Keeps only the files the folder's index names (drops e.g. a consolidated
-    file next to shards). FileNotFoundError when the index names a missing file."""
-    return _core.filter_duplicate_safetensors_files(list(hf_weights_files), str(hf_folder), index_file)
-
-
-def filter_files_not_needed_for_inference(hf_weights_files: list[str]) -> list[str]:
-    """Drops training_args.bin, optimizer.bin/.pt, scheduler.pt and scaler.pt."""
-    return _core.filter_files_not_needed_for_inference(list(hf_weights_files))
-
-
 # ---- progress ----------------------------------------------------------------------------
 
 
@@ -240,7 +191,7 @@ def safetensors_weights_iterator(
     desc = "Loading safetensors checkpoint shards"
     if safetensors_load_strategy == "eager":
         desc += " (eager)"
-    sorted_files = _core.natural_sort([os.fspath(f) for f in hf_weights_files])
+    sorted_files = _files.natural_sort(hf_weights_files)
     if safetensors_load_strategy != "torchao" and _distributed_group(distributed) is not None:
         yield from _distributed_iter(sorted_files, use_tqdm_on_load, local_expert_ids=local_expert_ids)
         return
@@ -391,9 +342,9 @@ def np_cache_weights_iterator(
     bar = _tqdm(None, total=len(hf_weights_files), desc="Loading np_cache checkpoint shards",
                 disable=not enable_tqdm(use_tqdm_on_load))
     try:
-        lock = _core.model_lock_path(str(model_name_or_path), cache_dir or temp_dir)
-        np_folder, names, _ = _core.np_cache_prepare([os.fspath(f) for f in hf_weights_files],
-                                                     os.fspath(hf_folder), lock)
+        lock = _files.model_lock_path(model_name_or_path, cache_dir)
+        np_folder, names, _ = _core.np_cache_prepare([os.fspath(f) for f in hf_weights_files], os.fspath(hf_folder),
+                                                     lock)
         bar.update(len(hf_weights_files))
     finally:
         bar.close()
@@ -424,39 +375,11 @@ def stream_weights(
     "listed"), file_views (default True: tensors are views of a private file
     mapping; False: each tensor in memory of its own). With
     local_expert_ids, other ranks' expert weights are skipped unread."""
-    if isinstance(path_or_files, (str, os.PathLike)):
-        files, _fmt = _core.find_weight_files(os.fspath(path_or_files))
-    else:
-        files = [os.fspath(f) for f in path_or_files]
+    files = _files.weight_files(path_or_files)
     engine.setdefault("file_views", True)
     yield from _engine_iter(files, desc="Loading safetensors checkpoint shards", use_tqdm_on_load=use_tqdm_on_load,
                             max_queued_bytes=max_queued_bytes, ordered=False, strategy=strategy,
                             local_expert_ids=local_expert_ids, **engine)
-
-
-# ---- conversion ------------------------------------------------------------------------------
-
-
-def _shared_pointers(tensors: dict[str, torch.Tensor]) -> list[list[str]]:
-    by_ptr = defaultdict(list)
-    for k, v in tensors.items():
-        by_ptr[v.data_ptr()].append(k)
-    return [names for names in by_ptr.values() if len(names) > 1]
-
-
-def convert_bin_to_safetensor_file(pt_filename: str, sf_filename: str) -> None:
-    """Rewrites a PyTorch checkpoint as safetensors (metadata {"format": "pt"})
-    in C++, without unpickling anything executable: unwraps "state_dict",
-    keeps the first name of tensors sharing memory, writes every tensor
-    contiguous, and checks the new file (size within 1% of the input, every
-    tensor equal) before it takes its final name. RuntimeError when a check
-    fails or the input cannot be converted; FileNotFoundError for a missing input."""
-    try:
-        _core.convert_pytorch_to_safetensors(os.fspath(pt_filename), os.fspath(sf_filename))
-    except (FileNotFoundError, PermissionError):
-        raise
-    except (ValueError, OSError, NotImplementedError) as e:
-        raise RuntimeError(str(e)) from e
 
 
 # ---- weight loaders ---------------------------------------------------------------------------
