@@ -27,19 +27,19 @@ backend is NCCL (the exchange buffers then live on the current device).
 Building blocks of the reference's distributed entry points:
     default_group()              torch.distributed.group.WORLD when initialised, else None
     wants_distributed(flag)      the safetensors iterators' opt-in: flag, else $WEIGHTLIFT_DISTRIBUTED=1
+    requested_group(flag)        the group to load over when asked for and of more than one rank, else None
     distributed_weights_iterator(hf_weights_files, use_tqdm_on_load, group=None, **engine)
 """
 from __future__ import annotations
 
 import os
-from typing import Generator, Iterable
+from collections.abc import Generator, Iterable
 
 import torch
 
 from . import _core
-from ._engine import open_stream
+from ._engine import enable_tqdm, iterate, progress_bar
 from ._files import weight_files
-from ._tensors import to_torch
 
 __all__ = [
     "TorchCollective",
@@ -47,6 +47,7 @@ __all__ = [
     "distributed_weights_iterator",
     "load_distributed",
     "nccl_collective",
+    "requested_group",
     "wants_distributed",
 ]
 
@@ -68,6 +69,18 @@ def wants_distributed(flag: bool | None = None) -> bool:
     if flag is not None:
         return bool(flag)
     return os.environ.get(ENV_FLAG, "").strip().lower() in ("1", "true", "yes", "on")
+
+
+def requested_group(flag: bool | None = None):
+    """The process group a distributed load runs over when the caller asks
+    for one (wants_distributed(flag)) and more than one rank is there; None
+    otherwise (every rank then reads what it is given)."""
+    if not wants_distributed(flag):
+        return None
+    group = default_group()
+    if group is None or torch.distributed.get_world_size(group) <= 1:
+        return None
+    return group
 
 
 class TorchCollective:
@@ -203,14 +216,8 @@ def load_distributed(
         opts["shard_rules"] = list(shard_rules)
     if local_expert_ids is not None:
         opts["local_expert_ids"] = sorted(int(i) for i in local_expert_ids)
-    stream = open_stream(files, max_queued_bytes=max_queued_bytes, strategy="stream", collective=collective, **opts)
-    try:
-        for name, file, dtype, shape, data in stream:
-            yield name, to_torch(dtype, shape, data, name, file, raw_dtypes)
-        if stats is not None:
-            stats.update(stream.progress())
-    finally:
-        stream.close()
+    yield from iterate(files, max_queued_bytes=max_queued_bytes, ordered=False, raw_dtypes=raw_dtypes, stats=stats,
+                       strategy="stream", collective=collective, **opts)
 
 
 def distributed_weights_iterator(
@@ -224,9 +231,7 @@ def distributed_weights_iterator(
     fastsafetensors_weights_iterator and instanttensor_weights_iterator (with
     their process group) and the safetensors iterators (when
     wants_distributed()) yield from. group: as load_distributed()."""
-    from .weight_utils import _tqdm, enable_tqdm
-
-    bar = _tqdm(None, desc="Loading safetensors checkpoint shards (distributed)", unit=" tensors",
+    bar = progress_bar(None, desc="Loading safetensors checkpoint shards (distributed)", unit=" tensors",
                 bar_format=None, disable=not enable_tqdm(use_tqdm_on_load))
     try:
         for name, tensor in load_distributed(hf_weights_files, group, **engine):

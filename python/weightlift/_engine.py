@@ -1,13 +1,37 @@
-"""The one way Python starts an engine load: typed LoadOptions from keyword
-arguments, and the background Stream that yields what the engine hands over.
+"""The bridge to the engine: the one way Python runs a load.
+
+    options(**kw)          typed LoadOptions from keyword arguments
+    open_stream(files)     the engine's background load (_core.Stream)
+    iterate(files)         the load as (name, torch.Tensor), with its progress bar
+    progress_bar(...)      the package's bar (tqdm, or nothing when disabled)
+    enable_tqdm(flag)      bars only when asked and only on rank 0
+
 Every iterator of the package (weight_utils, _gpu, _hub, _distributed,
-_objstore) goes through these two functions."""
+_objstore, load_into) reads through iterate(); a new one is iterate() with
+its engine options and its bar text (docs/python.md, "Extending it").
+
+Imports only the ground (_core, _tensors) and the prefetch leaf (whose log
+lines a load reports as it reaches each file)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable
+from collections.abc import Generator, Iterable
+
+import torch
 
 from . import _core
+from ._prefetch import drain_logs
+from ._tensors import to_torch
+
+# Tensors the engine may map in ahead of the consumer (page-cache pages
+# mapped into this process, counted in its RSS until consumed).
+LOOKAHEAD_BYTES = 64 << 20
+
+# Plain text, one line per update: readable under Ray / multiprocessing log prefixes.
+BAR_FORMAT = "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]\n"
+
+
+# ---- options and the stream ------------------------------------------------------------------
 
 
 def options(**kwargs) -> _core.LoadOptions:
@@ -37,3 +61,103 @@ def open_stream(files: Iterable[str], *, max_queued_bytes: int, ordered: bool = 
     the other keywords are options()."""
     return _core.Stream([os.fspath(f) for f in files], options(**kwargs), max_queued_bytes,
                         None if only is None else list(only), None if exclude is None else list(exclude), ordered)
+
+
+# ---- progress ----------------------------------------------------------------------------
+
+
+class NoBar:
+    """What a disabled bar is: tqdm(disable=True) still starts its monitor
+    thread and takes a multiprocessing lock (about 2 ms per iterator)."""
+
+    n = 0
+    total = None
+
+    def __init__(self, iterable=None):
+        self._iterable = iterable
+
+    def __iter__(self):
+        return iter(self._iterable)
+
+    def update(self, n=1):
+        pass
+
+    def refresh(self):
+        pass
+
+    def close(self):
+        pass
+
+
+def progress_bar(iterable, **kwargs):
+    """tqdm(iterable, **kwargs) in the reference's one-line format (unless
+    `bar_format` is given), or a NoBar when `disable`."""
+    if kwargs.get("disable"):
+        return NoBar(iterable)
+    from tqdm.auto import tqdm
+
+    kwargs.setdefault("bar_format", BAR_FORMAT)
+    return tqdm(iterable, **kwargs)
+
+
+def enable_tqdm(use_tqdm_on_load: bool) -> bool:
+    """Show a bar only when asked and only on rank 0 of torch.distributed."""
+    return bool(use_tqdm_on_load) and (
+        not (torch.distributed.is_available() and torch.distributed.is_initialized())
+        or torch.distributed.get_rank() == 0
+    )
+
+
+# ---- the load as torch tensors ------------------------------------------------------------
+
+
+def iterate(files: Iterable[str], *, desc: str = "", use_tqdm_on_load: bool = False, bar_per: str = "file",
+            bar_options: dict | None = None, max_queued_bytes: int = LOOKAHEAD_BYTES, ordered: bool = True,
+            only: Iterable[str] | None = None, exclude: Iterable[str] | None = None,
+            rename: dict[str, str] | None = None, raw_dtypes: bool | None = None, stats: dict | None = None,
+            **engine) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """Runs one engine load over `files` and yields (name, torch.Tensor) as
+    the engine hands them over: zero-copy over the engine's memory (host,
+    pinned or device), in checkpoint order when `ordered` (files as given,
+    each file's tensors in the `order` option) even where the engine
+    finishes them out of order, else as they finish.
+
+    engine: options() (strategy, order, file_views, threads, device, gds,
+    collective, local_expert_ids, ...); only / exclude: the tensors read;
+    rename: file -> the name to yield for its (single) tensor; raw_dtypes:
+    as _tensors.to_torch; stats: filled with the engine's figures once the
+    load completed. The bar (when `desc` is set and enable_tqdm allows):
+    bar_per "file" counts files begun, as the reference's iterators do;
+    "tensor" counts tensors, its total the engine's count once the load is
+    planned; bar_options go to tqdm."""
+    files = [os.fspath(f) for f in files]
+    per_file = bar_per == "file"
+    if not per_file and bar_per != "tensor":
+        raise ValueError(f"bar_per must be 'file' or 'tensor', not {bar_per!r}")
+    stream = open_stream(files, max_queued_bytes=max_queued_bytes, ordered=ordered, only=only, exclude=exclude,
+                         **engine)
+    shown = bool(desc) and enable_tqdm(use_tqdm_on_load)
+    bar = progress_bar(None, total=len(files) if per_file else None, desc=desc, disable=not shown,
+                       **(bar_options or {}))
+    seen: set[str] = set()
+    try:
+        for name, file, dtype, shape, data in stream:
+            if file not in seen:
+                seen.add(file)
+                drain_logs()
+                if per_file:
+                    bar.n = len(seen) - 1
+                    bar.refresh()
+            if shown and not per_file:
+                if bar.total is None:
+                    bar.total = stream.progress()["tensors_total"]
+                bar.update(1)
+            yield (rename[file] if rename else name), to_torch(dtype, shape, data, name, file, raw_dtypes)
+        if per_file:
+            bar.n = len(files)
+            bar.refresh()
+        if stats is not None:
+            stats.update(stream.progress())
+    finally:
+        stream.close()
+        bar.close()

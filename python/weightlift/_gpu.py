@@ -20,33 +20,11 @@ from typing import Any
 
 import torch
 
-from . import _core
-from ._engine import open_stream
+from . import _core, _distributed
+from ._engine import iterate
+from ._files import natural_sort
+from ._log import log_once
 from ._tensors import to_torch
-
-logger = logging.getLogger("weightlift")
-
-_warned: set[str] = set()
-
-
-def _warn_once(msg: str, *args) -> None:
-    key = msg % args if args else msg
-    if key not in _warned:
-        _warned.add(key)
-        logger.warning(msg, *args)
-
-
-def _tqdm(iterable, **kwargs):
-    from .weight_utils import _tqdm as bar
-
-    return bar(iterable, **kwargs)
-
-
-def _enable_tqdm(use_tqdm_on_load: bool) -> bool:
-    from .weight_utils import enable_tqdm
-
-    return enable_tqdm(use_tqdm_on_load)
-
 
 # ---- devices ----------------------------------------------------------------------------
 
@@ -114,16 +92,10 @@ def _collective_options(pg) -> dict:
     rank reads (an engine without it raises ValueError naming the option)."""
     if _group_size(pg) <= 1:
         return {}
-    from ._distributed import collective_for_group
-
-    return {"collective": collective_for_group(pg)}
+    return {"collective": _distributed.collective_for_group(pg)}
 
 
 # ---- the device stream ------------------------------------------------------------------------
-
-
-def _natural(files: Iterable[str]) -> list[str]:
-    return _core.natural_sort([os.fspath(f) for f in files])
 
 
 def _device_stream(files: list[str], device: str, gds: str, pg, desc: str, use_tqdm_on_load: bool,
@@ -131,28 +103,9 @@ def _device_stream(files: list[str], device: str, gds: str, pg, desc: str, use_t
     """(name, tensor) of `files` on `device`, in checkpoint order."""
     # Device memory is taken for the whole load up front (one allocation), so
     # queued tensors cost no host memory: no need to bound the queue by bytes.
-    stream = open_stream(files, max_queued_bytes=1 << 62, ordered=True, strategy="stream", device=device, gds=gds,
-                         **_collective_options(pg))
-    enabled = _enable_tqdm(use_tqdm_on_load)
-    bar = _tqdm(None, total=None if per_tensor_bar else len(files), desc=desc, disable=not enabled)
-    seen: set[str] = set()
-    try:
-        for name, file, dtype, shape, data in stream:
-            if per_tensor_bar:
-                if bar.total is None:
-                    bar.total = stream.progress()["tensors_total"]
-                bar.update(1)
-            elif file not in seen:
-                seen.add(file)
-                bar.n = len(seen) - 1
-                bar.refresh()
-            yield name, to_torch(dtype, shape, data, name, file)
-        if not per_tensor_bar:
-            bar.n = len(files)
-            bar.refresh()
-    finally:
-        stream.close()
-        bar.close()
+    yield from iterate(files, desc=desc, use_tqdm_on_load=use_tqdm_on_load,
+                       bar_per="tensor" if per_tensor_bar else "file", max_queued_bytes=1 << 62, ordered=True,
+                       strategy="stream", device=device, gds=gds, **_collective_options(pg))
 
 
 def _gds_fallback(make: Callable[[bool], Iterable], nogds: bool) -> Generator[Any, None, None]:
@@ -168,7 +121,8 @@ def _gds_fallback(make: Callable[[bool], Iterable], nogds: bool) -> Generator[An
     except (RuntimeError, OSError) as e:
         if nogds or yielded or "gds" not in str(e):
             raise
-        _warn_once("GPUDirect Storage cannot be used (%s); loading through the pinned staging ring instead", e)
+        log_once(logging.WARNING,
+                 "GPUDirect Storage cannot be used (%s); loading through the pinned staging ring instead", e)
         yield from make(True)
 
 
@@ -183,7 +137,7 @@ def fastsafetensors_weights_iterator(
     torch.distributed process group, when initialised, goes to the engine."""
     pg = _world_group()
     device = current_cuda_device("fastsafetensors_weights_iterator")
-    files = _natural(hf_weights_files)
+    files = natural_sort(hf_weights_files)
     nogds = _group_size(pg) > 1
 
     def make(no_gds: bool):
@@ -209,7 +163,7 @@ def instanttensor_weights_iterator(
     if _group_size(pg) <= 1:
         pg = None
     device = current_cuda_device("instanttensor_weights_iterator")
-    yield from _device_stream(_natural(hf_weights_files), device, "auto", pg,
+    yield from _device_stream(natural_sort(hf_weights_files), device, "auto", pg,
                               "Loading safetensors using InstantTensor loader", use_tqdm_on_load,
                               per_tensor_bar=True)
 

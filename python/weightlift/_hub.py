@@ -29,9 +29,8 @@ from collections.abc import Generator
 import torch
 
 from . import _core
-from ._engine import open_stream
+from ._engine import iterate
 from ._files import get_lock
-from ._tensors import to_torch
 
 logger = logging.getLogger(__name__)
 
@@ -142,13 +141,8 @@ def hub_weights_iterator(
     new memory. `engine`: the loader's options (threads, block_size, max_memory...)."""
     source = hub_source(repo_id, revision, cache_dir)
     engine.setdefault("file_views", True)  # as every iterator of the package
-    stream = open_stream(source.weight_files, max_queued_bytes=max_queued_bytes, strategy=strategy or "auto",
-                         **engine)
-    try:
-        for name, file, dtype, shape, data in stream:
-            yield name, to_torch(dtype, shape, data, name, file)
-    finally:
-        stream.close()
+    yield from iterate(source.weight_files, max_queued_bytes=max_queued_bytes, ordered=False,
+                       strategy=strategy or "auto", **engine)
     source.finish()
     _log(source.logs())
 

@@ -20,8 +20,8 @@ from collections.abc import Generator
 
 import torch
 
-from ._engine import open_stream
-from ._tensors import to_torch
+from . import _distributed
+from ._engine import iterate
 
 # Default cap on the engine's own working memory (tensors being filled), and
 # what RUNAI_STREAMER_MEMORY_LIMIT=0 ("the minimum") means.
@@ -78,30 +78,13 @@ def runai_safetensors_weights_iterator(
     rank, the ranks read the files once in total and exchange over the
     default process group (tensors then come as they complete); otherwise
     every rank reads what it is given."""
-    from .weight_utils import _BAR_FORMAT, _distributed_group, _distributed_iter, enable_tqdm
-
     files = [os.fspath(f) for f in hf_weights_files]
     opts = _engine_options()
-    if is_distributed and _distributed_group(True) is not None:
+    group = _distributed.requested_group(True) if is_distributed else None
+    if group is not None:
         del opts["ordered"]
-        yield from _distributed_iter(files, use_tqdm_on_load, **opts)
+        yield from _distributed.distributed_weights_iterator(files, use_tqdm_on_load, group=group, **opts)
         return
-    ordered = opts.pop("ordered")
-    stream = open_stream(files, max_queued_bytes=_QUEUED_BYTES, ordered=ordered, strategy="stream", **opts)
-    bar = None
-    try:
-        if enable_tqdm(use_tqdm_on_load):
-            from tqdm.auto import tqdm
-
-            bar = tqdm(total=None, desc="Loading safetensors using weightlift's object-store streamer",
-                       bar_format=_BAR_FORMAT, mininterval=2)
-        for name, file, dtype, shape, data in stream:
-            if bar is not None:
-                if bar.total is None:
-                    bar.total = stream.progress()["tensors_total"]
-                bar.update(1)
-            yield name, to_torch(dtype, shape, data, name, file)
-    finally:
-        stream.close()
-        if bar is not None:
-            bar.close()
+    yield from iterate(files, desc="Loading safetensors using weightlift's object-store streamer",
+                       use_tqdm_on_load=use_tqdm_on_load, bar_per="tensor", bar_options={"mininterval": 2},
+                       max_queued_bytes=_QUEUED_BYTES, strategy="stream", **opts)

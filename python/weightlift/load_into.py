@@ -16,9 +16,10 @@ from collections.abc import Callable, Mapping
 import torch
 
 from . import _core
+from ._engine import iterate, options
 from ._files import weight_files
 from ._tensors import TORCH_TO_NAME
-from .weight_utils import _engine_iter, _options, default_weight_loader
+from .weight_utils import default_weight_loader
 
 
 def _direct(t: torch.Tensor, dtype: str, shape) -> bool:
@@ -64,11 +65,11 @@ def load_into(path_or_files, params: torch.nn.Module | Mapping[str, torch.Tensor
             t = targets[name]
             items.append((name, t.data_ptr(), t.numel() * t.element_size(), dtype, list(shape)))
         with torch.no_grad():
-            stats = _core.load_into(files, _options(strategy=strategy, threads=threads, **engine), items)
+            stats = _core.load_into(files, options(strategy=strategy, threads=threads, **engine), items)
     if copied or other:
         with torch.no_grad():
-            for name, w in _engine_iter(files, ordered=False, strategy="lazy", order="offset", file_views=True,
-                                        exclude=[n for n, _, _ in direct]):
+            for name, w in iterate(files, ordered=False, strategy="lazy", order="offset", file_views=True,
+                                   exclude=[n for n, _, _ in direct]):
                 t = targets.get(name)
                 if t is not None:
                     default_weight_loader(t, w)

@@ -3,17 +3,20 @@ same names, arguments and results, on weightlift's C++ engine.
 
 Replace `from vllm.model_executor.model_loader.weight_utils import X` with
 `from weightlift.vllm_compat import X`. Every iterator is one engine load
-(`_engine_iter`): the C++ loader runs on a background thread, GIL released,
+(_engine.iterate): the C++ loader runs on a background thread, GIL released,
 and yields (name, torch.Tensor). Safetensors, PyTorch and .npy tensors stored
 contiguously are zero-copy views of a private copy-on-write mapping of their
 file whose pages the engine mapped in ahead of you, so they are writable,
 never alias the file, and a copy out of them (a weight loader's) touches no
 fresh memory. Every rule (auto prefetch, file order, the expert filter,
-dummy values, name remapping, lock names, quant configs) lives in C++; this
-module keeps the torch glue and the names vLLM's tests patch.
+dummy values, name remapping, lock names, quant configs) lives in C++.
 
-Extending it: a new iterator is `_engine_iter(files, strategy=..., order=...,
-**engine_options)` plus its progress-bar text; see docs/python.md.
+A façade: it only imports downward (docs/python.md, "Extending it"). It
+holds vLLM's iterators and the names vLLM's tests patch here
+(_get_fs_type, _get_available_ram_bytes, _get_checkpoints_size_bytes,
+_prefetch_all_checkpoints, get_tensor_model_parallel_rank) with the
+functions that read them at call time; everything else is re-exported from
+the modules that own it.
 """
 from __future__ import annotations
 
@@ -27,8 +30,10 @@ from typing import Any
 
 import torch
 
-from . import _core, _files, _log, _prefetch
-from ._engine import open_stream
+from . import _core, _distributed, _engine, _files, _gpu, _log, _prefetch
+from ._engine import BAR_FORMAT as _BAR_FORMAT  # noqa: F401
+from ._engine import LOOKAHEAD_BYTES as _LOOKAHEAD_BYTES  # noqa: F401
+from ._engine import enable_tqdm
 from ._engine import options as _options  # noqa: F401
 from ._files import (  # noqa: F401
     atomic_writer,
@@ -41,94 +46,11 @@ from ._files import (  # noqa: F401
 from ._files import natural_sort_key as _natural_sort_key  # noqa: F401
 from ._files import shared_pointers as _shared_pointers  # noqa: F401
 from ._log import logger
-from ._tensors import TORCH_TO_NAME, to_torch
+from ._tensors import TORCH_TO_NAME
 
 DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS = _prefetch.DEFAULT_NUM_THREADS
 DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE = _prefetch.DEFAULT_BLOCK_SIZE
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-
-# Plain text, one line per update: readable under Ray / multiprocessing log prefixes.
-_BAR_FORMAT = "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]\n"
-
-# Tensors the engine may map in ahead of the consumer (page-cache pages
-# mapped into this process, counted in its RSS until consumed).
-_LOOKAHEAD_BYTES = 64 << 20
-
-class _NoBar:
-    """What a disabled bar is: tqdm(disable=True) still starts its monitor
-    thread and takes a multiprocessing lock (about 2 ms per iterator)."""
-
-    n = 0
-
-    def __init__(self, iterable=None):
-        self._iterable = iterable
-
-    def __iter__(self):
-        return iter(self._iterable)
-
-    def update(self, n=1):
-        pass
-
-    def refresh(self):
-        pass
-
-    def close(self):
-        pass
-
-
-def _tqdm(iterable, **kwargs):
-    if kwargs.get("disable"):
-        return _NoBar(iterable)
-    from tqdm.auto import tqdm
-
-    kwargs.setdefault("bar_format", _BAR_FORMAT)
-    return tqdm(iterable, **kwargs)
-
-
-# ---- the engine behind every iterator ----------------------------------------------------
-
-
-def _engine_iter(files: list[str], *, desc: str = "", use_tqdm_on_load: bool = False,
-                 max_queued_bytes: int = _LOOKAHEAD_BYTES, only: Iterable[str] | None = None,
-                 exclude: Iterable[str] | None = None, rename: dict[str, str] | None = None,
-                 ordered: bool = True, **options) -> Generator[tuple[str, torch.Tensor], None, None]:
-    """Runs one engine load over `files` and yields (name, torch.Tensor) as
-    the engine hands them over. `options` are LoadOptions fields (strategy,
-    order, file_views, threads, local_expert_ids, ...); `only` / `exclude`
-    limit the tensors read; `rename` maps a file to the name to yield for its
-    (single) tensor; `ordered`: in checkpoint order (files as given, each
-    file's tensors in `order`) even where the engine finishes them out of
-    order, else as they finish. A progress bar over files when `desc` and enabled."""
-    files = [os.fspath(f) for f in files]
-    stream = open_stream(files, max_queued_bytes=max_queued_bytes, ordered=ordered, only=only, exclude=exclude,
-                         **options)
-    bar = _tqdm(None, total=len(files), desc=desc, disable=not (desc and enable_tqdm(use_tqdm_on_load)))
-    seen: set[str] = set()
-    try:
-        for name, file, dtype, shape, data in stream:
-            if file not in seen:
-                seen.add(file)
-                bar.n = len(seen) - 1
-                bar.refresh()
-                _prefetch.drain_logs()
-            yield (rename[file] if rename else name), to_torch(dtype, shape, data, name, file)
-        bar.n = len(files)
-        bar.refresh()
-    finally:
-        stream.close()
-        bar.close()
-
-
-# ---- progress ----------------------------------------------------------------------------
-
-
-def enable_tqdm(use_tqdm_on_load: bool) -> bool:
-    """Show a bar only when asked and only on rank 0 of torch.distributed."""
-    return bool(use_tqdm_on_load) and (
-        not (torch.distributed.is_available() and torch.distributed.is_initialized())
-        or torch.distributed.get_rank() == 0
-    )
-
 
 # ---- prefetch (network filesystems) ----------------------------------------------------
 # The reference's private names, which vLLM's tests patch here. The facts,
@@ -192,8 +114,10 @@ def safetensors_weights_iterator(
     if safetensors_load_strategy == "eager":
         desc += " (eager)"
     sorted_files = _files.natural_sort(hf_weights_files)
-    if safetensors_load_strategy != "torchao" and _distributed_group(distributed) is not None:
-        yield from _distributed_iter(sorted_files, use_tqdm_on_load, local_expert_ids=local_expert_ids)
+    group = _distributed.requested_group(distributed) if safetensors_load_strategy != "torchao" else None
+    if group is not None:
+        yield from _distributed.distributed_weights_iterator(sorted_files, use_tqdm_on_load, group=group,
+                                                             local_expert_ids=local_expert_ids)
         return
 
     prefetch = False
@@ -210,10 +134,10 @@ def safetensors_weights_iterator(
         return
     # While a prefetch fills the page cache, views of it (direct "off": the
     # engine does not read cold files around the cache instead).
-    yield from _engine_iter(sorted_files, desc=desc, use_tqdm_on_load=use_tqdm_on_load,
-                            strategy="eager" if safetensors_load_strategy == "eager" else "lazy", order="name",
-                            file_views=True, local_expert_ids=local_expert_ids,
-                            direct="off" if prefetch else None)
+    yield from _engine.iterate(sorted_files, desc=desc, use_tqdm_on_load=use_tqdm_on_load,
+                               strategy="eager" if safetensors_load_strategy == "eager" else "lazy", order="name",
+                               file_views=True, local_expert_ids=local_expert_ids,
+                               direct="off" if prefetch else None)
 
 
 def _torchao_iterator(files, local_expert_ids, desc, use_tqdm_on_load):
@@ -225,33 +149,13 @@ def _torchao_iterator(files, local_expert_ids, desc, use_tqdm_on_load):
     except ImportError as e:
         raise ValueError("Please use torchao version >= 0.15.0 to load torchao safetensors checkpoint") from e
     leftover: dict[str, torch.Tensor] = {}
-    for st_file in _tqdm(files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
-        state = dict(_engine_iter([st_file], strategy="lazy", order="name", file_views=True,
-                                  local_expert_ids=local_expert_ids))
+    for st_file in _engine.progress_bar(files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
+        state = dict(_engine.iterate([st_file], strategy="lazy", order="name", file_views=True,
+                                     local_expert_ids=local_expert_ids))
         state.update(leftover)
         metadata = _core.SafetensorsFile(st_file, "lazy").metadata() or None
         unflat, leftover = unflatten_tensor_state_dict(state, metadata)
         yield from unflat.items()
-
-
-def _distributed_group(flag: bool | None):
-    """The process group a distributed load runs over when the caller asks
-    for one (flag, else $WEIGHTLIFT_DISTRIBUTED) and more than one rank is
-    there; None otherwise."""
-    from ._distributed import default_group, wants_distributed
-
-    if not wants_distributed(flag):
-        return None
-    group = default_group()
-    if group is None or torch.distributed.get_world_size(group) <= 1:
-        return None
-    return group
-
-
-def _distributed_iter(files, use_tqdm_on_load, **engine):
-    from ._distributed import distributed_weights_iterator
-
-    yield from distributed_weights_iterator(files, use_tqdm_on_load, group=_distributed_group(True), **engine)
 
 
 def _check_workers(max_workers: int) -> None:
@@ -270,12 +174,14 @@ def multi_thread_safetensors_weights_iterator(
     safetensors' load_file gives them; files may interleave). distributed:
     as safetensors_weights_iterator."""
     _check_workers(max_workers)
-    if _distributed_group(distributed) is not None:
-        yield from _distributed_iter(list(hf_weights_files), use_tqdm_on_load, threads=max_workers)
+    group = _distributed.requested_group(distributed)
+    if group is not None:
+        yield from _distributed.distributed_weights_iterator(list(hf_weights_files), use_tqdm_on_load, group=group,
+                                                             threads=max_workers)
         return
-    yield from _engine_iter(list(hf_weights_files), desc="Multi-thread loading shards",
-                            use_tqdm_on_load=use_tqdm_on_load, ordered=False, strategy="threads",
-                            threads=max_workers, order="offset", file_views=True)
+    yield from _engine.iterate(list(hf_weights_files), desc="Multi-thread loading shards",
+                               use_tqdm_on_load=use_tqdm_on_load, ordered=False, strategy="threads",
+                               threads=max_workers, order="offset", file_views=True)
 
 
 def _pt_on_engine(pt_load_map_location) -> bool:
@@ -285,9 +191,7 @@ def _pt_on_engine(pt_load_map_location) -> bool:
 def _pt_items(bin_file: str, pt_load_map_location):
     """A file's (name, tensor) for a map location other than "cpu": one CUDA
     device through our own reader (nothing unpickled), else torch.load."""
-    from ._gpu import pt_items_on_device
-
-    items = pt_items_on_device(bin_file, pt_load_map_location)
+    items = _gpu.pt_items_on_device(bin_file, pt_load_map_location)
     if items is not None:
         return items
     return list(torch.load(bin_file, map_location=pt_load_map_location, weights_only=True).items())
@@ -303,10 +207,10 @@ def pt_weights_iterator(
     only for a map location other than "cpu")."""
     desc = "Loading pt checkpoint shards"
     if _pt_on_engine(pt_load_map_location):
-        yield from _engine_iter(list(hf_weights_files), desc=desc, use_tqdm_on_load=use_tqdm_on_load,
-                                strategy="lazy", order="listed", file_views=True)
+        yield from _engine.iterate(list(hf_weights_files), desc=desc, use_tqdm_on_load=use_tqdm_on_load,
+                                   strategy="lazy", order="listed", file_views=True)
         return
-    for bin_file in _tqdm(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
+    for bin_file in _engine.progress_bar(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
         yield from _pt_items(bin_file, pt_load_map_location)
 
 
@@ -320,11 +224,11 @@ def multi_thread_pt_weights_iterator(
     _check_workers(max_workers)
     desc = "Multi-thread loading pt checkpoint shards"
     if _pt_on_engine(pt_load_map_location):
-        yield from _engine_iter(list(hf_weights_files), desc=desc, use_tqdm_on_load=use_tqdm_on_load,
-                                ordered=False, strategy="threads", threads=max_workers, order="listed",
-                                file_views=True)
+        yield from _engine.iterate(list(hf_weights_files), desc=desc, use_tqdm_on_load=use_tqdm_on_load,
+                                   ordered=False, strategy="threads", threads=max_workers, order="listed",
+                                   file_views=True)
         return
-    for bin_file in _tqdm(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
+    for bin_file in _engine.progress_bar(hf_weights_files, desc=desc, disable=not enable_tqdm(use_tqdm_on_load)):
         yield from _pt_items(bin_file, pt_load_map_location)
 
 
@@ -339,8 +243,8 @@ def np_cache_weights_iterator(
     (once, by the first process, under the model's lock: get_lock's file),
     then yields them from there in dump order through the engine (each
     tensor a view of a private mapping of its .npy file)."""
-    bar = _tqdm(None, total=len(hf_weights_files), desc="Loading np_cache checkpoint shards",
-                disable=not enable_tqdm(use_tqdm_on_load))
+    bar = _engine.progress_bar(None, total=len(hf_weights_files), desc="Loading np_cache checkpoint shards",
+                       disable=not enable_tqdm(use_tqdm_on_load))
     try:
         lock = _files.model_lock_path(model_name_or_path, cache_dir)
         np_folder, names, _ = _core.np_cache_prepare([os.fspath(f) for f in hf_weights_files], os.fspath(hf_folder),
@@ -349,7 +253,7 @@ def np_cache_weights_iterator(
     finally:
         bar.close()
     paths = {os.path.join(np_folder, name): name for name in names}
-    yield from _engine_iter(list(paths), rename=paths, strategy="lazy", order="listed", file_views=True)
+    yield from _engine.iterate(list(paths), rename=paths, strategy="lazy", order="listed", file_views=True)
 
 
 def stream_weights(
@@ -377,9 +281,9 @@ def stream_weights(
     local_expert_ids, other ranks' expert weights are skipped unread."""
     files = _files.weight_files(path_or_files)
     engine.setdefault("file_views", True)
-    yield from _engine_iter(files, desc="Loading safetensors checkpoint shards", use_tqdm_on_load=use_tqdm_on_load,
-                            max_queued_bytes=max_queued_bytes, ordered=False, strategy=strategy,
-                            local_expert_ids=local_expert_ids, **engine)
+    yield from _engine.iterate(files, desc="Loading safetensors checkpoint shards", use_tqdm_on_load=use_tqdm_on_load,
+                               max_queued_bytes=max_queued_bytes, ordered=False, strategy=strategy,
+                               local_expert_ids=local_expert_ids, **engine)
 
 
 # ---- weight loaders ---------------------------------------------------------------------------
