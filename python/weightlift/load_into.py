@@ -18,8 +18,8 @@ import torch
 from . import _core
 from ._engine import iterate, options
 from ._files import weight_files
+from ._params import default_weight_loader
 from ._tensors import TORCH_TO_NAME
-from .weight_utils import default_weight_loader
 
 
 def _direct(t: torch.Tensor, dtype: str, shape) -> bool:
