@@ -14,8 +14,12 @@ overlay on the snapshot folder), so every iterator that reads through the
 engine sees them at once; plain os/open calls see each file only once its
 blob is verified and linked.
 
-Everything runs in the C++ engine (include/weightlift/hub.h: HubSource); this
-module is the Python face. A blob whose bytes do not match its ETag fails the
+Everything runs in the C++ engine (include/weightlift/hub.h: HubSource, the
+downloads: libcurl, parallel ranged requests for large files, into the very
+cache huggingface_hub uses); this module is the Python face. huggingface_hub
+itself is optional: when it is installed its HF_HUB_OFFLINE constant is
+honoured (as the reference does) and an offline miss raises its
+LocalEntryNotFoundError. A blob whose bytes do not match its ETag fails the
 load (CorruptDataError naming the repository, the file and the revision) even
 when tensors were already handed over.
 """
@@ -24,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+import time
 from collections.abc import Generator
 
 import torch
@@ -31,11 +36,12 @@ import torch
 from . import _core
 from ._engine import iterate
 from ._files import get_lock
+from ._log import logger as package_logger
 
 logger = logging.getLogger(__name__)
 
 
-def _offline() -> bool | None:
+def hf_offline() -> bool | None:
     """huggingface_hub's HF_HUB_OFFLINE when it is installed (the reference reads it there), else None:
     the engine reads $HF_HUB_OFFLINE itself."""
     try:
@@ -88,7 +94,7 @@ def maybe_download_from_modelscope(
             return model
         folder, lines = _core.modelscope_snapshot_download(
             model, revision or "master", os.fspath(download_dir) if download_dir else "", as_list(allow_patterns),
-            as_list(ignore_patterns), _offline())
+            as_list(ignore_patterns), hf_offline())
     _log(lines)
     return folder
 
@@ -117,7 +123,7 @@ def hub_source(repo_id: str, revision: str | None = None, cache_dir: str | None 
     once with .folder, .weight_files and .pending; while the source lives, the
     weight files are readable through every weightlift loader as they arrive;
     .finish() blocks until every blob is verified and linked (raises otherwise)."""
-    source = _core.HubSource(repo_id, revision or "main", os.fspath(cache_dir) if cache_dir else "", _offline())
+    source = _core.HubSource(repo_id, revision or "main", os.fspath(cache_dir) if cache_dir else "", hf_offline())
     _log(source.logs())
     return source
 
@@ -163,3 +169,78 @@ def streaming_snapshot_folder(model_name_or_path: str, cache_dir: str | None, re
                 _sources[key] = source
                 _keep_until_final(key, source)
     return source.folder
+
+
+# ---- the reference's downloads ---------------------------------------------------------------------------------
+
+
+def _offline_miss(e: FileNotFoundError, offline: bool | None) -> Exception:
+    if offline is None:
+        offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
+    if offline:
+        try:
+            from huggingface_hub.utils import LocalEntryNotFoundError
+        except ImportError:
+            return e
+        return LocalEntryNotFoundError(str(e))
+    return e
+
+
+def _log_lines(lines) -> None:
+    for line in lines:
+        package_logger.info("%s", line)
+
+
+def download_weights_from_hf(
+    model_name_or_path: str,
+    cache_dir: str | None,
+    allow_patterns: list[str],
+    revision: str | None = None,
+    subfolder: str | None = None,
+    ignore_patterns: str | list[str] | None = None,
+    *,
+    load_while_downloading: bool = False,
+) -> str:
+    """Downloads a model's weight files into the Hub cache and returns the
+    snapshot folder. With "*.safetensors" allowed and an index in the repo,
+    exactly the files its weight_map names are fetched; otherwise the first
+    allowed pattern that matches a file of the repo. Offline, only the cache
+    is used (LocalEntryNotFoundError when the files are not there). Holds the
+    model's lock (get_lock) while downloading.
+
+    load_while_downloading=True (ours; not with subfolder, ignore_patterns or
+    ModelScope): returns the folder at once while the weights download in the
+    background (streaming_snapshot_folder)."""
+    if load_while_downloading and not (subfolder or ignore_patterns or _use_modelscope()):
+        return streaming_snapshot_folder(model_name_or_path, cache_dir, revision)
+    assert len(allow_patterns) > 0
+    if isinstance(ignore_patterns, str):
+        ignore_patterns = [ignore_patterns]
+    offline = hf_offline()
+    start = time.perf_counter()
+    try:
+        folder, lines = _core.download_weights_from_hf(
+            model_name_or_path, list(allow_patterns), revision or "main", list(ignore_patterns or []),
+            os.fspath(cache_dir) if cache_dir else "", offline, subfolder or "")
+    except FileNotFoundError as e:
+        raise _offline_miss(e, offline) from None
+    _log_lines(lines)
+    took = time.perf_counter() - start
+    if took > 0.5:
+        package_logger.info("Time spent downloading weights for %s: %.6f seconds", model_name_or_path, took)
+    return folder
+
+
+def download_safetensors_index_file_from_hf(
+    model_name_or_path: str,
+    index_file: str,
+    cache_dir: str | None,
+    subfolder: str | None = None,
+    revision: str | None = None,
+) -> None:
+    """Fetches the safetensors index into the cache when the repo has one; a
+    missing index (remote, or offline in the cache) is only logged."""
+    lines = _core.download_safetensors_index_file_from_hf(
+        model_name_or_path, index_file, revision or "main", os.fspath(cache_dir) if cache_dir else "",
+        hf_offline(), subfolder or "")
+    _log_lines(lines)

@@ -20,16 +20,18 @@ the modules that own it.
 """
 from __future__ import annotations
 
-import json
 import logging
 import os
-import time
 from collections.abc import Generator
-from dataclasses import dataclass, field
 
 import torch
 
 from . import _core, _distributed, _engine, _files, _gpu, _log, _prefetch
+from ._configs import (  # noqa: F401
+    QuantizationConfigResult,
+    get_quant_config,
+    get_sparse_attention_config,
+)
 from ._engine import BAR_FORMAT as _BAR_FORMAT  # noqa: F401
 from ._engine import LOOKAHEAD_BYTES as _LOOKAHEAD_BYTES  # noqa: F401
 from ._engine import enable_tqdm
@@ -44,7 +46,8 @@ from ._files import (  # noqa: F401
 )
 from ._files import natural_sort_key as _natural_sort_key  # noqa: F401
 from ._files import shared_pointers as _shared_pointers  # noqa: F401
-from ._log import logger
+from ._hub import download_safetensors_index_file_from_hf, download_weights_from_hf  # noqa: F401
+from ._log import logger  # noqa: F401
 from ._params import (  # noqa: F401
     LoaderFunction,
     composed_weight_loader,
@@ -293,180 +296,6 @@ def stream_weights(
     yield from _engine.iterate(files, desc="Loading safetensors checkpoint shards", use_tqdm_on_load=use_tqdm_on_load,
                                max_queued_bytes=max_queued_bytes, ordered=False, strategy=strategy,
                                local_expert_ids=local_expert_ids, **engine)
-
-
-# ---- Hugging Face Hub ---------------------------------------------------------------------------------
-#
-# The downloads run in C++ (libcurl; parallel ranged requests for large files)
-# into the very cache huggingface_hub uses. huggingface_hub itself is optional:
-# when it is installed its HF_HUB_OFFLINE constant is honoured (as the
-# reference does) and an offline miss raises its LocalEntryNotFoundError.
-
-
-def _hf_offline() -> bool | None:
-    try:
-        import huggingface_hub.constants as c
-    except ImportError:
-        return None  # the engine reads $HF_HUB_OFFLINE itself
-    return bool(c.HF_HUB_OFFLINE)
-
-
-def _offline_miss(e: FileNotFoundError, offline: bool | None) -> Exception:
-    if offline is None:
-        offline = os.environ.get("HF_HUB_OFFLINE", "").upper() in ("1", "ON", "YES", "TRUE")
-    if offline:
-        try:
-            from huggingface_hub.utils import LocalEntryNotFoundError
-        except ImportError:
-            return e
-        return LocalEntryNotFoundError(str(e))
-    return e
-
-
-def _log_lines(lines) -> None:
-    for line in lines:
-        logger.info("%s", line)
-
-
-def download_weights_from_hf(
-    model_name_or_path: str,
-    cache_dir: str | None,
-    allow_patterns: list[str],
-    revision: str | None = None,
-    subfolder: str | None = None,
-    ignore_patterns: str | list[str] | None = None,
-    *,
-    load_while_downloading: bool = False,
-) -> str:
-    """Downloads a model's weight files into the Hub cache and returns the
-    snapshot folder. With "*.safetensors" allowed and an index in the repo,
-    exactly the files its weight_map names are fetched; otherwise the first
-    allowed pattern that matches a file of the repo. Offline, only the cache
-    is used (LocalEntryNotFoundError when the files are not there). Holds the
-    model's lock (get_lock) while downloading.
-
-    load_while_downloading=True (ours; not with subfolder, ignore_patterns or
-    ModelScope): returns the folder at once while the weights download in the
-    background (_hub.streaming_snapshot_folder)."""
-    from . import _hub
-
-    if load_while_downloading and not (subfolder or ignore_patterns or _hub._use_modelscope()):
-        return _hub.streaming_snapshot_folder(model_name_or_path, cache_dir, revision)
-    assert len(allow_patterns) > 0
-    if isinstance(ignore_patterns, str):
-        ignore_patterns = [ignore_patterns]
-    offline = _hf_offline()
-    start = time.perf_counter()
-    try:
-        folder, lines = _core.download_weights_from_hf(
-            model_name_or_path, list(allow_patterns), revision or "main", list(ignore_patterns or []),
-            os.fspath(cache_dir) if cache_dir else "", offline, subfolder or "")
-    except FileNotFoundError as e:
-        raise _offline_miss(e, offline) from None
-    _log_lines(lines)
-    took = time.perf_counter() - start
-    if took > 0.5:
-        logger.info("Time spent downloading weights for %s: %.6f seconds", model_name_or_path, took)
-    return folder
-
-
-def download_safetensors_index_file_from_hf(
-    model_name_or_path: str,
-    index_file: str,
-    cache_dir: str | None,
-    subfolder: str | None = None,
-    revision: str | None = None,
-) -> None:
-    """Fetches the safetensors index into the cache when the repo has one; a
-    missing index (remote, or offline in the cache) is only logged."""
-    lines = _core.download_safetensors_index_file_from_hf(
-        model_name_or_path, index_file, revision or "main", os.fspath(cache_dir) if cache_dir else "",
-        _hf_offline(), subfolder or "")
-    _log_lines(lines)
-
-
-# ---- quantization and sparse-attention configs ---------------------------------------------------------
-# The resolution (which source wins, which file, the vLLM branches) is the
-# engine's (quant_config.h); here only the objects around it.
-
-
-@dataclass
-class QuantizationConfigResult:
-    """get_quant_config's answer when vLLM is not importable: what the
-    method's from_config() (or from_config_file / from_config_dict_json)
-    would receive, and where it came from."""
-    quantization: str
-    config: dict = field(default_factory=dict)
-    # hf_config, text_config, compression_config, hf_overrides.quantization_config_file,
-    # hf_overrides.quantization_config_dict_json, online, inflight_bitsandbytes, default, file
-    source: str = "default"
-    file: str | None = None
-    folder: str | None = None
-
-
-def _as_dict(obj) -> dict | None:
-    if obj is None:
-        return None
-    if isinstance(obj, dict):
-        return obj
-    for attr in ("to_dict", "model_dump"):
-        fn = getattr(obj, attr, None)
-        if callable(fn):
-            return fn()
-    return dict(vars(obj))
-
-
-def _resolve_quant_config(model_config, load_config) -> QuantizationConfigResult:
-    quantization = getattr(model_config, "quantization", None)
-    if quantization is None:
-        raise ValueError("Model quantization method is not specified in the config.")
-    hf = _as_dict(getattr(model_config, "hf_config", None))
-    overrides = getattr(model_config, "hf_overrides", None)
-    if overrides is None:
-        overrides = {}
-    if not isinstance(overrides, dict):
-        raise ValueError("hf_overrides must be a dict for get_quant_config to get the quantization config from it.")
-    online = getattr(model_config, "quantization_config", None)
-    online_json = None if online is None else json.dumps(_as_dict(online), default=str)
-    config, source, file, folder = _core.get_quant_config(
-        os.fspath(model_config.model), quantization, None if hf is None else json.dumps(hf, default=str),
-        json.dumps(overrides, default=str), online_json, getattr(model_config, "revision", None) or "",
-        getattr(load_config, "download_dir", None) or "", _hf_offline())
-    return QuantizationConfigResult(quantization, json.loads(config), source, file or None, folder or None)
-
-
-def get_quant_config(model_config, load_config):
-    """vLLM's get_quant_config: vLLM's QuantizationConfig object when vLLM is
-    importable, else a QuantizationConfigResult with what it would be built from."""
-    r = _resolve_quant_config(model_config, load_config)
-    try:
-        from vllm.model_executor.layers.quantization import get_quantization_config
-    except ImportError:
-        return r
-    quant_cls = get_quantization_config(r.quantization)
-    if r.source == "hf_overrides.quantization_config_file":
-        return quant_cls.from_config_file(r.file)
-    if r.source == "hf_overrides.quantization_config_dict_json":
-        return quant_cls.from_config_dict_json(model_config.hf_overrides["quantization_config_dict_json"])
-    if r.source == "online":
-        from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
-
-        return OnlineQuantizationConfig(args=model_config.quantization_config)
-    if r.source == "default":
-        return quant_cls()
-    return quant_cls.from_config(r.config)
-
-
-def get_sparse_attention_config(model_config, load_config,
-                                sparse_attention_config_filename: str = "sparse_attention_config.json") -> dict:
-    """<model folder>/<file name> parsed, or {} when the model has none
-    (remote models: their *.json files downloaded first, under the model's lock)."""
-    config = json.loads(_core.get_sparse_attention_config(
-        os.fspath(model_config.model), getattr(model_config, "revision", None) or "",
-        getattr(load_config, "download_dir", None) or "", sparse_attention_config_filename, _hf_offline()))
-    if config:
-        logger.info("Loaded sparse attention config from %s", sparse_attention_config_filename)
-    return config
 
 
 # ---- tensor-parallel weight loaders -------------------------------------------------------------

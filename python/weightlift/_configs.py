@@ -1,0 +1,93 @@
+"""vLLM's quantization and sparse-attention configs. The resolution (which
+source wins, which file, the vLLM branches) is the engine's
+(quant_config.h); here only the objects around it.
+
+Imports _core, _hub (the Hub's offline flag) and _log."""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+
+from . import _core
+from ._hub import hf_offline
+from ._log import logger
+
+
+@dataclass
+class QuantizationConfigResult:
+    """get_quant_config's answer when vLLM is not importable: what the
+    method's from_config() (or from_config_file / from_config_dict_json)
+    would receive, and where it came from."""
+    quantization: str
+    config: dict = field(default_factory=dict)
+    # hf_config, text_config, compression_config, hf_overrides.quantization_config_file,
+    # hf_overrides.quantization_config_dict_json, online, inflight_bitsandbytes, default, file
+    source: str = "default"
+    file: str | None = None
+    folder: str | None = None
+
+
+def _as_dict(obj) -> dict | None:
+    if obj is None:
+        return None
+    if isinstance(obj, dict):
+        return obj
+    for attr in ("to_dict", "model_dump"):
+        fn = getattr(obj, attr, None)
+        if callable(fn):
+            return fn()
+    return dict(vars(obj))
+
+
+def _resolve_quant_config(model_config, load_config) -> QuantizationConfigResult:
+    quantization = getattr(model_config, "quantization", None)
+    if quantization is None:
+        raise ValueError("Model quantization method is not specified in the config.")
+    hf = _as_dict(getattr(model_config, "hf_config", None))
+    overrides = getattr(model_config, "hf_overrides", None)
+    if overrides is None:
+        overrides = {}
+    if not isinstance(overrides, dict):
+        raise ValueError("hf_overrides must be a dict for get_quant_config to get the quantization config from it.")
+    online = getattr(model_config, "quantization_config", None)
+    online_json = None if online is None else json.dumps(_as_dict(online), default=str)
+    config, source, file, folder = _core.get_quant_config(
+        os.fspath(model_config.model), quantization, None if hf is None else json.dumps(hf, default=str),
+        json.dumps(overrides, default=str), online_json, getattr(model_config, "revision", None) or "",
+        getattr(load_config, "download_dir", None) or "", hf_offline())
+    return QuantizationConfigResult(quantization, json.loads(config), source, file or None, folder or None)
+
+
+def get_quant_config(model_config, load_config):
+    """vLLM's get_quant_config: vLLM's QuantizationConfig object when vLLM is
+    importable, else a QuantizationConfigResult with what it would be built from."""
+    r = _resolve_quant_config(model_config, load_config)
+    try:
+        from vllm.model_executor.layers.quantization import get_quantization_config
+    except ImportError:
+        return r
+    quant_cls = get_quantization_config(r.quantization)
+    if r.source == "hf_overrides.quantization_config_file":
+        return quant_cls.from_config_file(r.file)
+    if r.source == "hf_overrides.quantization_config_dict_json":
+        return quant_cls.from_config_dict_json(model_config.hf_overrides["quantization_config_dict_json"])
+    if r.source == "online":
+        from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
+
+        return OnlineQuantizationConfig(args=model_config.quantization_config)
+    if r.source == "default":
+        return quant_cls()
+    return quant_cls.from_config(r.config)
+
+
+def get_sparse_attention_config(model_config, load_config,
+                                sparse_attention_config_filename: str = "sparse_attention_config.json") -> dict:
+    """<model folder>/<file name> parsed, or {} when the model has none
+    (remote models: their *.json files downloaded first, under the model's lock)."""
+    config = json.loads(_core.get_sparse_attention_config(
+        os.fspath(model_config.model), getattr(model_config, "revision", None) or "",
+        getattr(load_config, "download_dir", None) or "", sparse_attention_config_filename, hf_offline()))
+    if config:
+        logger.info("Loaded sparse attention config from %s", sparse_attention_config_filename)
+    return config
