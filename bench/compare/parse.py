@@ -7,7 +7,8 @@ import sys
 cache, kind, name = sys.argv[1:4]
 text = sys.stdin.read()
 row = {"cache": cache, "kind": kind, "name": name}
-m = re.search(r"loaded (\d+) tensors, (\d+) bytes from \d+ files in ([0-9.]+) s .*?strategy ([^,]+), peak RSS ([0-9.]+) MiB", text)
+m = re.search(r"loaded (\d+) tensors, (\d+) bytes from \d+ files in ([0-9.]+) s "
+              r".*?strategy ([^,]+), peak RSS ([0-9.]+) MiB", text)
 if m:
     row.update(tensors=int(m[1]), bytes=int(m[2]), seconds=float(m[3]), detail=m[4],
                peak_rss=float(m[5]) * 2**20)

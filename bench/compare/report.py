@@ -4,7 +4,7 @@ import json
 import sys
 
 res_path, md_path, png_path = sys.argv[1:4]
-raw = [json.loads(l) for l in open(res_path) if l.strip()]
+raw = [json.loads(line) for line in open(res_path) if line.strip()]
 # Keep each row's best run (rows are measured round-robin, several passes).
 best = {}
 for r in raw:
@@ -35,22 +35,24 @@ for cache in ("hot", "cold"):
         if "error" in r:
             lines.append(f"| {cache} | {r['name']} | failed: {r['error'][:60]} | | | |")
             continue
-        name = r["name"] + (f" ({r['detail'].split('(')[-1].rstrip(')')})" if r.get("detail", "").startswith("stream") else "")
+        stream = r.get("detail", "").startswith("stream")
+        name = r["name"] + (f" ({r['detail'].split('(')[-1].rstrip(')')})" if stream else "")
         name += " (limit)" if r["kind"] == "limit" else ""
         vs_lim = f"{r['gbps'] / lim:.0%}" if lim and r["kind"] != "limit" else ""
         vs_peer = f"{r['gbps'] / best_peer:.2f}x" if best_peer and r["kind"] == "ours" else ""
         rss = f"{r['peak_rss'] / 2**20:.0f}" if r.get("peak_rss") else ""
         lines.append(f"| {cache} | {name} | {r['gbps']:.2f} | {vs_lim} | {vs_peer} | {rss} |")
 note = ("\nHot: files in the page cache; limit = single-thread memcpy. Cold: `drop_caches` before each run; "
-        "limit = the faster O_DIRECT sequential read. Best of the runs per row (round-robin passes). Peers keep owned copies "
-        "(`clone()`), as weightlift does. Python peers' RSS includes the interpreter and torch (~230 MiB).\n")
+        "limit = the faster O_DIRECT sequential read. Best of the runs per row (round-robin passes). "
+        "Peers keep owned copies (`clone()`), as weightlift does. "
+        "Python peers' RSS includes the interpreter and torch (~230 MiB).\n")
 open(md_path, "w").write("\n".join(lines) + "\n" + note)
 print("\n".join(lines))
 
-import matplotlib
+import matplotlib  # noqa: E402  (after the table: the chart is optional)
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt
+import matplotlib.pyplot as plt  # noqa: E402
 
 fig, axes = plt.subplots(1, 2, figsize=(13, 5.5))
 for ax, cache in zip(axes, ("hot", "cold")):

@@ -86,8 +86,9 @@ def main():
         tools = {
             "weightlift": lambda cache: [CLI, "download", "bench/model", "--cache-dir", cache, "-q",
                                           "--connections", str(args.connections)],
-            "huggingface_hub": lambda cache: [sys.executable, "-c",
-                                              "import huggingface_hub as h; h.snapshot_download('bench/model', cache_dir=%r)" % cache],
+            "huggingface_hub": lambda cache: [
+                sys.executable, "-c",
+                "import huggingface_hub as h; h.snapshot_download('bench/model', cache_dir=%r)" % cache],
         }
         try:
             import hf_transfer  # noqa: F401
@@ -105,7 +106,7 @@ def main():
             ceiling = float("nan")
         srv.set_rate(int(args.rate_mbps * 1e6))
         results = {}
-        for run in range(args.runs):
+        for _run in range(args.runs):
             for name, cmd in tools.items():
                 cache = os.path.join(work, "cache-" + name.replace("+", "_"))
                 shutil.rmtree(cache, ignore_errors=True)
@@ -118,7 +119,8 @@ def main():
                 shutil.rmtree(cache, ignore_errors=True)
         srv.stop()
         print("repo: %d MiB in %d shards; server throttled to %.0f MB/s per connection; "
-              "unthrottled single-stream loopback ceiling %.0f MB/s" % (args.size_mb, args.shards, args.rate_mbps, ceiling))
+              "unthrottled single-stream loopback ceiling %.0f MB/s"
+              % (args.size_mb, args.shards, args.rate_mbps, ceiling))
         best = {k: min(v) for k, v in results.items()}
         ours = best["weightlift"][0]
         print("%-30s %9s %10s %12s %s" % ("tool", "time s", "MB/s", "peak RSS MiB", "time / weightlift"))

@@ -46,7 +46,8 @@ def make_repo(root, size_mb, shards):
         name = "model-%05d-of-%05d.safetensors" % (s + 1, shards)
         header = {}
         for t in range(per):
-            header["layers.%d.w%d" % (s, t)] = {"dtype": "U8", "shape": [TENSOR], "data_offsets": [t * TENSOR, (t + 1) * TENSOR]}
+            header["layers.%d.w%d" % (s, t)] = {"dtype": "U8", "shape": [TENSOR],
+                                                "data_offsets": [t * TENSOR, (t + 1) * TENSOR]}
             weight_map["layers.%d.w%d" % (s, t)] = name
         h = json.dumps(header).encode()
         h += b" " * (-len(h) % 8)
@@ -127,8 +128,8 @@ def main():
         alone = best["weightlift download alone"][0]
         hf = best["huggingface_hub 0.27 download + load"][0]
         mib = total / (1 << 20)
-        print("repo: %.0f MiB of tensors in %d shards; server throttled to %.0f MB/s per connection; best (and median) of %d"
-              % (mib, args.shards, args.rate_mbps, args.runs))
+        print("repo: %.0f MiB of tensors in %d shards; server throttled to %.0f MB/s per connection; "
+              "best (and median) of %d" % (mib, args.shards, args.rate_mbps, args.runs))
         print("| tool | time s | MB/s | peak RSS MiB | RSS beyond tensors MiB | time / download alone | "
               "time / huggingface_hub 0.27 download+load | median s | median / download alone median |")
         print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")

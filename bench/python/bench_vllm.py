@@ -137,6 +137,7 @@ def limit_owned(st, pt, params):
     tensor copied out of its mapping into freshly allocated memory, then
     into its parameter; mappings populated before the clock starts."""
     import torch
+
     import weightlift
 
     views = list(weightlift.stream_weights(st, "lazy", max_queued_bytes=1 << 40))
@@ -229,8 +230,9 @@ METHODS = {
 
 
 def child(method: str, st, pt, cold: bool) -> None:
-    import torch
     import safetensors.torch  # noqa: F401
+    import torch
+
     import weightlift
 
     params = {}
@@ -318,7 +320,8 @@ def main() -> None:
             rows.append({"cache": cache, "method": k, "GB/s": r["bytes"] / r["seconds"] / 1e9,
                          "seconds": r["seconds"], "peak_rss_MiB": r["peak_rss"] / 2**20,
                          "growth_MiB": (r["peak_rss"] - r["base_rss"]) / 2**20})
-    print("\n| cache | iterator | GB/s | vs reference | vs reference lazy | vs preadv limit | peak RSS MiB | growth MiB |")
+    print("\n| cache | iterator | GB/s | vs reference | vs reference lazy | vs preadv limit | peak RSS MiB "
+          "| growth MiB |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     by = {(r["cache"], r["method"]): r for r in rows}
     for r in rows:

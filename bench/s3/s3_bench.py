@@ -227,7 +227,8 @@ def print_table(results, total):
     for name, r in results.items():
         vr = f"{r['gbps'] / runai:.2f}x" if runai else "-"
         vl = f"{r['gbps'] / lim:.0%}" if lim else "-"
-        print(f"| {name} | {r['gbps']:.2f} | {vr} | {vl} | {r['peak_rss_mib']:.0f} | {r['rss_beyond_imports_mib']:.0f} |")
+        rss, beyond = r["peak_rss_mib"], r["rss_beyond_imports_mib"]
+        print(f"| {name} | {r['gbps']:.2f} | {vr} | {vl} | {rss:.0f} | {beyond:.0f} |")
 
 
 if __name__ == "__main__":

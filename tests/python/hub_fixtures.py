@@ -8,7 +8,7 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "hubserver"))
-from hubserver import HubServer  # noqa: E402
+from hubserver import HubServer  # noqa: E402, F401  (the tests import it from here)
 
 CLI = os.environ.get("WEIGHTLIFT_CLI") or os.path.join(HERE, "..", "..", "build", "bin", "weightlift")
 TOKEN = "hf_wltesttoken_" + "x" * 20

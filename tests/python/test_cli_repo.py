@@ -24,7 +24,10 @@ def test_ls_resolves_a_repository_id(tmp_path):
     offline = subprocess.run([CLI, "ls", "org/llama", "--offline", "--format", "jsonl"], capture_output=True,
                              text=True, env=env)
     assert offline.returncode == 0, offline.stderr
-    strip = lambda out: [{k: v for k, v in json.loads(l).items() if k != "file"} for l in out.splitlines()]
+
+    def strip(out):
+        return [{k: v for k, v in json.loads(line).items() if k != "file"} for line in out.splitlines()]
+
     assert strip(remote.stdout) == strip(local) == strip(offline.stdout)
     assert "models--org--llama/snapshots/" in json.loads(remote.stdout.splitlines()[0])["file"]
 

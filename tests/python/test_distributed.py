@@ -249,14 +249,15 @@ needs_mpi = pytest.mark.skipif(MPIRUN is None, reason="no mpirun (scripts/setup 
 def mpirun(np, args, tmp, timeout=120, wrapper=None):
     """Runs `weightlift load ARGS --distributed` on np ranks; returns (rc, output, per-rank stdout, stderr)."""
     outdir = tmp / f"mpi{np}_{time.monotonic_ns()}"
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_mpi_yield_when_idle="1")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_mpi_yield_when_idle="1")
     cmd = [MPIRUN, "--oversubscribe", "-np", str(np), "--output-filename", str(outdir)]
     cmd += (wrapper or []) + [CLI, "load", *map(str, args), "--distributed", "--no-progress"]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
     ranks = []
     for r in range(np):
         d = outdir / "1" / f"rank.{r}"
-        read = lambda n: (d / n).read_text() if (d / n).exists() else ""  # noqa: E731
+        read = lambda n, d=d: (d / n).read_text() if (d / n).exists() else ""  # noqa: E731
         ranks.append((read("stdout"), read("stderr")))
     return p.returncode, p.stdout + p.stderr, ranks
 

@@ -163,7 +163,8 @@ def test_the_engine_device_path_on_the_fake_backend(shards):
 
         files = _core.natural_sort({shards!r})
         def load(engine, strategy="stream"):
-            return [(n, d) for n, _, _, _, d in _engine.open_stream(files, max_queued_bytes=1 << 30, strategy=strategy, **engine)]
+            stream = _engine.open_stream(files, max_queued_bytes=1 << 30, strategy=strategy, **engine)
+            return [(n, d) for n, _, _, _, d in stream]
         lazy = load({{}}, "lazy")  # file order, then offset order
         host = {{n: dlpack.from_dlpack(d).numpy().tobytes() for n, d in lazy}}
         pinned = load({{"device": "pinned", "ordered": True}})

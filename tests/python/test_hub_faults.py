@@ -98,7 +98,8 @@ def test_kill_9_mid_download_then_resume(server, tmp_path, split):
                     partial = blobs / n
         if partial is not None and server.stats()["bytes"].get("big.safetensors", 0) > (1 << 20):
             break
-    assert partial is not None, f"no partial file appeared (exit {p.poll()}: {p.stderr.read() if p.poll() is not None else ''})"
+    assert partial is not None, (
+        f"no partial file appeared (exit {p.poll()}: {p.stderr.read() if p.poll() is not None else ''})")
     p.send_signal(signal.SIGKILL)
     p.wait(timeout=10)
     time.sleep(1)  # let the server's throttled threads notice the closed connections

@@ -9,8 +9,15 @@ import os
 
 import pytest
 
-from hub_fixtures import (CLI, HubServer, check_cache_clean, det_bytes, hf_python, hf_release_available, run_cli,
-                          write_repo)
+from hub_fixtures import (
+    HubServer,
+    check_cache_clean,
+    det_bytes,
+    hf_python,
+    hf_release_available,
+    run_cli,
+    write_repo,
+)
 
 
 @pytest.fixture(params=["hf0.27", "hf2"])
@@ -61,7 +68,8 @@ def test_ours_downloads_theirs_finds_offline(server, tmp_path, hf):
     r = run_cli(["download", "org/model", "--cache-dir", cache, "-q"], {"HF_ENDPOINT": server.endpoint})
     assert r.returncode == 0, r.stderr
     ours = r.stdout.strip()
-    r2 = run_cli(["download", "org/model", "--revision", "v1", "--cache-dir", cache, "-q"], {"HF_ENDPOINT": server.endpoint})
+    r2 = run_cli(["download", "org/model", "--revision", "v1", "--cache-dir", cache, "-q"],
+                 {"HF_ENDPOINT": server.endpoint})
     assert r2.returncode == 0, r2.stderr
     check_cache_clean(cache)
     theirs = hf_python(
@@ -183,7 +191,8 @@ def test_a_failed_download_leaves_a_snapshot_both_tools_see_as_partial(server, t
     assert r.returncode == 1
     assert "is incomplete" in r.stderr and "model-00002-of-00002.safetensors" in r.stderr, r.stderr
     # What was asked for and is there still serves offline.
-    r = run_cli(["download", "org/model", "--cache-dir", cache, "--offline", "--include", "model-00001-of-00002.safetensors"])
+    r = run_cli(["download", "org/model", "--cache-dir", cache, "--offline", "--include",
+                 "model-00001-of-00002.safetensors"])
     assert r.returncode == 0, r.stderr
     check_cache_clean(cache)
     if hf == "hf2":  # 0.27 keeps no tree listing: it cannot tell a partial snapshot from a whole one

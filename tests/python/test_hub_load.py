@@ -230,7 +230,8 @@ def test_tensors_loaded_while_downloading_are_views_of_the_cache_not_copies(serv
     for n, (_, mapped) in out["stream"].items():
         assert "/blobs/" not in mapped, (n, mapped)
     check_cache_clean(tmp_path / "c")
-    r = run_cli(["load", "org/m", "--no-progress"], {"HF_ENDPOINT": server.endpoint, "HF_HUB_CACHE": str(tmp_path / "d")})
+    r = run_cli(["load", "org/m", "--no-progress"],
+                {"HF_ENDPOINT": server.endpoint, "HF_HUB_CACHE": str(tmp_path / "d")})
     assert r.returncode == 0, r.stderr
     assert "strategy lazy" in r.stderr, r.stderr
 

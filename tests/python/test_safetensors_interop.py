@@ -37,7 +37,7 @@ def test_reader_matches_safetensors_package(tmp_path):
     path = tmp_path / "m.safetensors"
     save_file(tensors, str(path), metadata={"format": "pt"})
     out = run_cli("load", path, "--checksum", "--format", "jsonl", "--no-progress").stdout
-    rows = {json.loads(l)["name"]: json.loads(l) for l in out.splitlines()}
+    rows = {json.loads(line)["name"]: json.loads(line) for line in out.splitlines()}
     assert set(rows) == set(tensors)
     with safe_open(str(path), framework="pt") as f:
         for name in f.keys():
@@ -78,7 +78,7 @@ def test_synth_checksums_match_torch(tmp_path, cli, strategy):
     cli("synth", tmp_path / "m", "--size", "TINY", "--seed", "11")
     out = cli("load", tmp_path / "m", "--strategy", strategy, "--checksum", "--format", "jsonl",
               "--no-progress").stdout
-    rows = {json.loads(l)["name"]: json.loads(l) for l in out.splitlines()}
+    rows = {json.loads(line)["name"]: json.loads(line) for line in out.splitlines()}
     n = 0
     for shard in sorted((tmp_path / "m").glob("model-*.safetensors")):
         for name, t in load_file(str(shard)).items():

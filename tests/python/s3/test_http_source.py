@@ -9,6 +9,7 @@ import re
 import threading
 
 import pytest
+
 from .s3cli import checksums, sh
 
 

@@ -8,6 +8,7 @@ import os
 import struct
 
 import pytest
+
 from .s3cli import BUCKET, UNRELATED, checksums, sh, sha256
 
 URL = f"s3://{BUCKET}/llama/"
@@ -62,7 +63,8 @@ def test_python_iterator_order_bytes_and_ownership(server, model, monkeypatch):
         monkeypatch.setenv(k, v)
     files, _ = weightlift.find_weight_files(URL)
     remote = list(weightlift.runai_safetensors_weights_iterator(files, use_tqdm_on_load=False))
-    local = list(weightlift.runai_safetensors_weights_iterator([str(model / os.path.basename(f)) for f in files], False))
+    local_files = [str(model / os.path.basename(f)) for f in files]
+    local = list(weightlift.runai_safetensors_weights_iterator(local_files, False))
     assert [n for n, _ in remote] == reference_order(model, files) == [n for n, _ in local]
     for (n, a), (_, b) in zip(remote, local):
         assert a.dtype == b.dtype and a.shape == b.shape, n
@@ -135,7 +137,8 @@ def test_no_credentials_and_anonymous_requests(stocked_seaweed):
     assert "no credentials for s3://: set AWS_ACCESS_KEY_ID" in r.stderr, r.stderr
     r = sh("ls", URL, env=dict(env, AWS_NO_SIGN_REQUEST="1"), check=False)
     assert r.returncode == 1
-    assert "access denied (HTTP 403 AccessDenied" in r.stderr and "an unsigned (anonymous) request" in r.stderr, r.stderr
+    assert "access denied (HTTP 403 AccessDenied" in r.stderr, r.stderr
+    assert "an unsigned (anonymous) request" in r.stderr, r.stderr
 
 
 def test_profile_from_the_shared_credentials_file(stocked_seaweed, tmp_path, local_sums):
@@ -144,7 +147,8 @@ def test_profile_from_the_shared_credentials_file(stocked_seaweed, tmp_path, loc
         f"[other]\naws_access_key_id = nope\naws_secret_access_key = nope\n\n"
         f"[wl]\naws_access_key_id = {stocked_seaweed.access_key}\n"
         f"aws_secret_access_key = {stocked_seaweed.secret_key}\n")
-    (tmp_path / ".aws" / "config").write_text(f"[profile wl]\nregion = us-east-1\nendpoint_url = {stocked_seaweed.endpoint}\n")
+    (tmp_path / ".aws" / "config").write_text(
+        f"[profile wl]\nregion = us-east-1\nendpoint_url = {stocked_seaweed.endpoint}\n")
     env = {"HOME": str(tmp_path), "AWS_PROFILE": "wl"}
     assert checksums(URL, env=env) == local_sums
     r = sh("ls", URL, env=dict(env, AWS_PROFILE="missing"), check=False)

@@ -5,8 +5,12 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from weightlift.vllm_compat import (compute_local_expert_ids, parse_expert_id, safetensors_weights_iterator,
-                                    should_skip_weight)
+from weightlift.vllm_compat import (
+    compute_local_expert_ids,
+    parse_expert_id,
+    safetensors_weights_iterator,
+    should_skip_weight,
+)
 
 
 @pytest.mark.parametrize("name,expected", [

@@ -14,7 +14,6 @@ import torch
 import weightlift.weight_utils as mod
 from weightlift import vllm_compat as wu
 
-
 # ---- download_weights_from_hf --------------------------------------------------------------
 
 def _hub_reachable() -> bool:
@@ -132,7 +131,7 @@ def test_dummy_weights():
     wu.initialize_dummy_weights(m, None)
     sd = m.state_dict()
     assert torch.equal(sd["0.weight"], sd["1.weight"])  # same numel and dtype: same values
-    for k, v in sd.items():
+    for v in sd.values():
         if v.is_floating_point():
             assert v.min() >= -1e-3 and v.max() <= 1e-3
     assert torch.equal(sd["ids"], torch.arange(5))  # integer tensors untouched
