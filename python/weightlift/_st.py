@@ -89,7 +89,7 @@ class safe_open:  # noqa: N801 - the safetensors name
             raise KeyError(str(e)) from None
         return self._wrap(name, dtype, shape, data)
 
-    def get_slice(self, name: str) -> "SafeSlice":
+    def get_slice(self, name: str) -> SafeSlice:
         info = self._f.info(name)
         if info is None:
             raise KeyError(f"{self._f.path}: no tensor named '{name}'")
