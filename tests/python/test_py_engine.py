@@ -175,6 +175,23 @@ def test_prefetch_decision_is_one_engine_call(two_shards, tmp_path):
         _core.decide_prefetch([str(tmp_path / "nope.safetensors")], False)
 
 
+def test_auto_prefetch_asks_the_engine_once(two_shards, monkeypatch):
+    files, ref = two_shards
+    calls = []
+    real = _core.decide_prefetch
+    monkeypatch.setattr(_core, "decide_prefetch", lambda f, r, **k: calls.append((f, r, k)) or real(f, r, **k))
+    for fact in ("filesystem_type", "checkpoint_size_bytes", "available_ram_bytes", "prefetch_decision"):
+        monkeypatch.setattr(_core, fact, lambda *a, fact=fact: pytest.fail(f"_core.{fact} asked on its own"))
+    assert set(dict(vllm_compat.safetensors_weights_iterator(files, False))) == set(ref)
+    assert calls == [(files, False, {})]  # the engine measured every fact itself
+    # A fact helper vLLM's tests patch is asked, and only its answer passed in.
+    monkeypatch.setattr(mod, "_get_fs_type", lambda f: "ext4")
+    monkeypatch.setattr(mod, "_get_available_ram_bytes", lambda: 1 << 40)
+    list(vllm_compat.safetensors_weights_iterator(files, False, "prefetch"))
+    assert calls[-1] == (files, True, {"fstype": "ext4", "available_bytes": 1 << 40})
+    mod._prefetchers[-1].wait()
+
+
 def test_torchao_strategy_needs_torchao(two_shards, monkeypatch):
     files, _ = two_shards
     monkeypatch.setitem(sys.modules, "torchao", None)
