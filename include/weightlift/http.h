@@ -1,19 +1,47 @@
 // weightlift/http.h: a small HTTP client on libcurl for the Hub downloader and
-// the remote sources (http(s):// ranged reads, s3:// and gs:// objects).
+// the remote sources (http(s):// ranged reads, s3:// and gs:// objects), and
+// the network policy every one of their requests follows.
 //
-// What it does for every request: connection reuse (a pool of curl handles,
-// each keeping its own connections alive), HTTP/2 over TLS where the server
-// offers it (HTTP/1.1 otherwise), timeouts (connect, and a stall timeout: a
-// transfer slower than 1 KiB/s for `stall_timeout_s` is aborted), and retries
-// with exponential backoff plus jitter on connection errors, 429 and 5xx,
-// honouring Retry-After (capped). Redirects are followed by this class, not by
-// curl, so that the Authorization header is dropped as soon as a redirect
-// leaves the scheme+host+port of the original URL (a CDN never sees the token).
+// The policy, in this one place (every request of the code base goes through
+// HttpClient):
+//   schemes     only http and https, for the first URL and every redirect
+//               (libcurl's CURLOPT_PROTOCOLS_STR and CURLOPT_REDIR_PROTOCOLS_STR,
+//               and a check before a redirect is followed): a Location of
+//               file://, ftp://, gopher://, dict://... is refused, never opened
+//   redirects   followed by this class, not by curl, at most max_redirects; the
+//               Authorization (and x-amz-security-token) header and the SigV4
+//               signature are dropped for good as soon as a redirect leaves the
+//               scheme+host+port of the original URL (a CDN never sees the token)
+//   bounds      response headers (max_header_bytes), buffered bodies
+//               (HttpRequest::max_body_bytes: a Content-Length past it is
+//               refused at the end of the headers, a body without one when it
+//               gets there), error bodies (max_error_body_bytes: kept for the
+//               message, the rest not read); no Content-Encoding is decoded.
+//               (Not CURLOPT_MAXFILESIZE: it would drop an error's body, and
+//               with it the server's reason.) Streamed bodies are bounded by
+//               their sinks (the range or size asked for).
+//   timeouts    connect, stall (a transfer slower than 1 KiB/s for
+//               stall_timeout_s is aborted), an optional deadline per request
+//               (request_timeout_s, HttpRequest::deadline) and per process scope
+//               (ScopedNetworkDeadline: the CLI's --deadline)
+//   retries     exponential backoff plus jitter on connection errors, 429 and
+//               5xx, honouring Retry-After (capped); a host that failed every
+//               attempt of a request without answering is not tried again for
+//               dead_host_window_s (the next requests fail at once, naming it)
+//   messages    a failure names the method, the URL (query stripped), the
+//               attempts made and the time spent, and the settings that apply
+//
+// Settings from the environment (read by HttpOptions' constructor; the CLI's
+// flags of the same names set them): WEIGHTLIFT_CONNECT_TIMEOUT,
+// WEIGHTLIFT_STALL_TIMEOUT, WEIGHTLIFT_REQUEST_TIMEOUT (seconds),
+// WEIGHTLIFT_RETRIES, WEIGHTLIFT_MAX_REDIRECTS, WEIGHTLIFT_LIST_MAX_PAGES,
+// WEIGHTLIFT_LIST_MAX_ENTRIES (counts). docs/reliability.md lists them.
 //
 // Thread-safety: an HttpClient may be used from many threads at once.
 // Tokens: header values are never logged; error messages carry URLs only.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -36,13 +64,46 @@ struct RetryPolicy {
 };
 
 struct HttpOptions {
+  // The defaults below, then the WEIGHTLIFT_* variables of the environment
+  // (see the top of this file). A variable that does not parse keeps its
+  // default and sets `invalid`: every request of a client built from these
+  // options then fails with that message.
+  HttpOptions();
+
   std::string user_agent = "weightlift/0.1";
-  double connect_timeout_s = 10;
-  double stall_timeout_s = 30;  // abort when < 1 KiB/s for this long
-  int max_redirects = 10;
-  RetryPolicy retry;
+  double connect_timeout_s = 10;   // WEIGHTLIFT_CONNECT_TIMEOUT
+  double stall_timeout_s = 10;     // WEIGHTLIFT_STALL_TIMEOUT: abort when < 1 KiB/s for this long (whole seconds, >= 1)
+  double request_timeout_s = 0;    // WEIGHTLIFT_REQUEST_TIMEOUT: one request, all its attempts and resumes; 0 = none
+  int max_redirects = 10;          // WEIGHTLIFT_MAX_REDIRECTS
+  RetryPolicy retry;               // WEIGHTLIFT_RETRIES = retry.max_attempts - 1
+  uint64_t max_header_bytes = uint64_t{256} << 10;     // all header lines of one response
+  uint64_t max_error_body_bytes = uint64_t{64} << 10;  // a non-2xx body kept for the message
+  // Listings (S3 ListObjectsV2 pages, Hub tree pages): a listing that needs
+  // more pages or holds more entries is an error naming the cap.
+  uint64_t max_list_pages = 10000;       // WEIGHTLIFT_LIST_MAX_PAGES
+  uint64_t max_list_entries = 1000000;   // WEIGHTLIFT_LIST_MAX_ENTRIES
+  // After a request failed every attempt without any answer from its host
+  // (refused, unreachable, silent), requests to that host fail at once for
+  // this long (process-wide); 0 turns it off.
+  double dead_host_window_s = 30;
   // Certificate bundle for TLS (CURLOPT_CAINFO); "" = the system's.
   std::string ca_bundle;
+  std::string invalid;  // see the constructor
+};
+
+// A deadline for every request the process makes while the object lives
+// (the CLI's --deadline / WEIGHTLIFT_DEADLINE: one command). Nested scopes
+// keep the earliest deadline. `setting` names it in messages.
+class ScopedNetworkDeadline {
+ public:
+  explicit ScopedNetworkDeadline(double seconds, std::string setting = "--deadline");
+  ~ScopedNetworkDeadline();
+  ScopedNetworkDeadline(const ScopedNetworkDeadline&) = delete;
+  ScopedNetworkDeadline& operator=(const ScopedNetworkDeadline&) = delete;
+
+ private:
+  int64_t previous_ns_;
+  std::string previous_setting_;
 };
 
 // AWS Signature Version 4, computed by libcurl (CURLOPT_AWS_SIGV4) over the
@@ -67,7 +128,9 @@ struct HttpRequest {
   // are still followed, as huggingface_hub's HEAD does; absolute ones are
   // returned to the caller (status 3xx with a `location` header).
   bool follow_relative_redirects = true;
-  uint64_t max_body_bytes = 64ull << 20;  // buffered bodies larger than this fail
+  // Buffered 2xx bodies larger than this fail (kOutOfRange) without being
+  // read past it: JSON and XML documents, listings.
+  uint64_t max_body_bytes = 16ull << 20;
   // Streamed GET only: when nonzero, a 2xx response with another status (a 200
   // to a Range request) is not fed to the sink; the transfer stops and the
   // response is returned for the caller to decide.
@@ -78,6 +141,9 @@ struct HttpRequest {
   // before its first body byte reaches the sink (also for an empty body); a
   // non-OK status aborts the transfer and is returned.
   std::function<Status(const HttpResponse&)> on_response;
+  // When set, the request (every attempt, backoff included) ends by then
+  // (kUnavailable naming the deadline), besides options.request_timeout_s.
+  std::chrono::steady_clock::time_point deadline{};
 };
 
 struct HttpResponse {
@@ -130,8 +196,9 @@ class HttpClient {
 
  private:
   struct Pool;
+  struct Attempt;
   Result<HttpResponse> perform_once(const HttpRequest& req, const std::string& url, bool send_auth,
-                                    const BodySink* sink, uint64_t* delivered, bool* transport_error);
+                                    const BodySink* sink, Attempt* attempt);
   Result<HttpResponse> run(const HttpRequest& req, const BodySink* sink, uint64_t* delivered);
   HttpOptions options_;
   std::unique_ptr<Pool> pool_;

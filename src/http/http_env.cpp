@@ -1,5 +1,8 @@
 // The http:// and https:// source: a URL is one object read with ranged GETs
 // (remote_file.h); redirects are followed (credentials never cross hosts).
+#include <cstdlib>
+#include <mutex>
+
 #include <fmt/format.h>
 
 #include "http/remote_file.h"
@@ -40,26 +43,62 @@ class HttpTarget final : public ObjectTarget {
 
 class HttpEnv final : public Env {
  public:
-  explicit HttpEnv(HttpOptions o) : http_(std::make_shared<HttpClient>(std::move(o))) {}
+  explicit HttpEnv(std::optional<HttpOptions> o) : fixed_(o.has_value()) {
+    if (o) http_ = std::make_shared<HttpClient>(std::move(*o));
+  }
   Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& options) override {
-    return open_remote(http_, std::make_shared<HttpTarget>(path), options);
+    return open_remote(client(), std::make_shared<HttpTarget>(path), options);
   }
   Result<uint64_t> file_size(const std::string& path) override {
-    WL_ASSIGN_OR_RETURN(ObjectStat st, stat_object(*http_, HttpTarget(path)));
+    WL_ASSIGN_OR_RETURN(ObjectStat st, stat_object(*client(), HttpTarget(path)));
     return st.size;
   }
-  bool exists(const std::string& path) override { return stat_object(*http_, HttpTarget(path)).ok(); }
+  bool exists(const std::string& path) override { return stat_object(*client(), HttpTarget(path)).ok(); }
   bool is_directory(const std::string&) override { return false; }
   Result<std::vector<DirEntry>> list_dir(const std::string& path) override {
     return Status::Unimplemented("an http(s) URL cannot be listed; name its files one by one").with_file(path);
   }
 
  private:
+  // The client: fixed, or built from the environment again when a network setting changed.
+  std::shared_ptr<HttpClient> client() {
+    std::lock_guard lk(mu_);
+    if (fixed_) return http_;
+    std::string now = network_settings_fingerprint();
+    if (!http_ || now != fingerprint_) {
+      http_ = std::make_shared<HttpClient>(HttpOptions());
+      fingerprint_ = std::move(now);
+    }
+    return http_;
+  }
+  const bool fixed_;
+  std::mutex mu_;
+  std::string fingerprint_;
   std::shared_ptr<HttpClient> http_;
 };
 
 }  // namespace
 
-std::unique_ptr<Env> new_http_env(HttpOptions options) { return std::make_unique<HttpEnv>(std::move(options)); }
+std::unique_ptr<Env> new_http_env(std::optional<HttpOptions> options) {
+  return std::make_unique<HttpEnv>(std::move(options));
+}
+
+const std::vector<std::string>& network_setting_variables() {
+  static const std::vector<std::string> v = {"WEIGHTLIFT_CONNECT_TIMEOUT", "WEIGHTLIFT_STALL_TIMEOUT",
+                                             "WEIGHTLIFT_REQUEST_TIMEOUT", "WEIGHTLIFT_RETRIES",
+                                             "WEIGHTLIFT_MAX_REDIRECTS",   "WEIGHTLIFT_LIST_MAX_PAGES",
+                                             "WEIGHTLIFT_LIST_MAX_ENTRIES"};
+  return v;
+}
+
+std::string network_settings_fingerprint() {
+  std::string out;
+  for (const auto& name : network_setting_variables()) {
+    const char* v = std::getenv(name.c_str());
+    out += v ? "=" + std::string(v) : std::string("-");
+    out += '\n';
+  }
+  return out;
+}
 
 }  // namespace wl::remote

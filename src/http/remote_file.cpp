@@ -2,6 +2,7 @@
 #include "http/remote_file.h"
 
 #include <algorithm>
+#include <chrono>
 #include <charconv>
 #include <cstring>
 
@@ -13,9 +14,13 @@ namespace wl::remote {
 
 namespace {
 
-// A transfer that broke after delivering bytes is resumed; each resume makes
-// progress, and a server that keeps cutting connections is given up on here.
+// A transfer that broke after delivering bytes is resumed from the first
+// missing byte. An attempt that delivered less than kWeakProgress (a server
+// trickling bytes, or cutting every connection early) counts against the
+// client's retry budget (retry.max_attempts in a row); kMaxResumes bounds
+// the rest.
 constexpr int kMaxResumes = 1000;
+constexpr uint64_t kWeakProgress = uint64_t{64} << 10;
 
 bool parse_u64(std::string_view s, uint64_t* out) {
   if (s.empty() || s.size() > 20) return false;
@@ -99,9 +104,16 @@ Status read_object_range(HttpClient& http, const ObjectTarget& target, const std
   size_t part = 0;       // where the next byte goes
   uint64_t in_part = 0;
   while (part < parts.size() && parts[part].empty()) ++part;
+  const auto started = std::chrono::steady_clock::now();
+  std::chrono::steady_clock::time_point deadline{};  // request_timeout_s covers every resume of this read
+  if (http.options().request_timeout_s > 0)
+    deadline = started + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                             std::chrono::duration<double>(http.options().request_timeout_s));
+  int weak = 0;  // attempts in a row that delivered under kWeakProgress
   for (int resumes = 0;; ++resumes) {
     const uint64_t first = offset + done, last = end - 1;
     WL_ASSIGN_OR_RETURN(HttpRequest req, target.request("GET"));
+    req.deadline = deadline;
     req.headers.emplace_back("Range", fmt::format("bytes={}-{}", first, last));
     if (!version.empty()) req.headers.emplace_back("If-Match", version);
     uint64_t skip = 0;      // bytes of a 200 (whole object) answer before `first`
@@ -166,7 +178,17 @@ Status read_object_range(HttpClient& http, const ObjectTarget& target, const std
     if (!r.ok()) {
       if (done == total && r.status().code() == Code::kCancelled) return Status();  // stopped a 200 answer
       // A broken transfer that made progress resumes from the first missing byte.
-      if (r.status().code() == Code::kUnavailable && done > before && resumes < kMaxResumes) continue;
+      if (r.status().code() == Code::kUnavailable && done > before) {
+        weak = done - before < kWeakProgress ? weak + 1 : 0;
+        if (weak < http.options().retry.max_attempts && resumes < kMaxResumes) continue;
+        return Status::Unavailable(
+                   fmt::format("giving up on bytes {}-{} at byte {} after {} resumed attempts in {:.1f} s ({} in a "
+                               "row delivered under {} KiB): {}",
+                               offset, end - 1, offset + done, resumes + 1,
+                               std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(), weak,
+                               kWeakProgress >> 10, r.status().message()))
+            .with_file(target.name());
+      }
       return std::move(r).status().with_file(target.name());
     }
     if (r->status == 412) return changed_since_planned(target.name());

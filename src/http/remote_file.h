@@ -13,8 +13,10 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "weightlift/http.h"
 #include "weightlift/io.h"
@@ -86,6 +88,14 @@ Result<std::shared_ptr<RandomAccessFile>> open_remote(std::shared_ptr<HttpClient
 Status changed_since_planned(const std::string& name);
 
 // The http:// and https:// source: ranged GETs of plain URLs (no listing).
-std::unique_ptr<Env> new_http_env(HttpOptions options = {});
+// Without options, HttpOptions() (the WEIGHTLIFT_* variables) as they are
+// when a file is opened.
+std::unique_ptr<Env> new_http_env(std::optional<HttpOptions> options = std::nullopt);
+
+// The environment variables HttpOptions() reads (a source built from them
+// builds its client again when one changes).
+const std::vector<std::string>& network_setting_variables();
+// Their current values, as one string to compare.
+std::string network_settings_fingerprint();
 
 }  // namespace wl::remote
