@@ -225,7 +225,13 @@ TEST(S3Xml, HostileListingsAreCorruptNamingTheUrl) {
       {"", "not XML"},
       {"<html>503</html>", "root element is 'html'"},
       {"<ListBucketResult><IsTruncated>false</IsTruncated>", "not XML"},
-      {page("<Contents><Size>1</Size></Contents>"), "an entry without a Key"},
+      {page("<Contents><Size>1</Size></Contents>"), "entry 1 of the page has no readable Key: <Contents><Size>1</Size>"},
+      // A key the parser cannot read as text is named, not dropped.
+      {page("<Contents><Key><b>model</b>.safetensors</Key><Size>1</Size></Contents>"),
+       "has no readable Key: <Contents><Key><b>model</b>.safetensors</Key>"},
+      {"<ListBucketResult><EncodingType>url</EncodingType><IsTruncated>false</IsTruncated>"
+       "<Contents><Key>m/bad%zz</Key><Size>1</Size></Contents></ListBucketResult>",
+       "key 'm/bad%zz' is not valid URL encoding"},
       {page("<Contents><Key>k</Key><Size>-1</Size></Contents>"), "has size '-1'"},
       {page("<Contents><Key>k</Key><Size>99999999999999999999999</Size></Contents>"), "has size"},
       {page("<Contents><Key>k</Key><Size>12abc</Size></Contents>"), "has size '12abc'"},
@@ -256,6 +262,28 @@ TEST(S3Xml, HostileListingsAreCorruptNamingTheUrl) {
   auto p = s3::parse_list_objects_v2(huge, "s3://b/p/");
   ASSERT_FALSE(p.ok());
   EXPECT_NE(p.status().message().find("more than the"), std::string::npos);
+}
+
+TEST(S3Xml, UrlEncodedKeysAreDecoded) {
+  // Servers may answer with EncodingType=url (we never ask): keys and prefixes come percent-encoded.
+  auto p = s3::parse_list_objects_v2(
+      "<ListBucketResult><EncodingType>url</EncodingType><IsTruncated>false</IsTruncated>"
+      "<Contents><Key>m%2Fmodel-00001.safetensors</Key><Size>5</Size></Contents>"
+      "<Contents><Key>m/with+space.json</Key><Size>1</Size></Contents>"
+      "<CommonPrefixes><Prefix>m%2Fsub%2F</Prefix></CommonPrefixes></ListBucketResult>",
+      "s3://b/m/");
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  ASSERT_EQ(p->objects.size(), 2u);
+  EXPECT_EQ(p->objects[0].key, "m/model-00001.safetensors");
+  EXPECT_EQ(p->objects[1].key, "m/with space.json");
+  EXPECT_EQ(p->prefixes, std::vector<std::string>{"m/sub/"});
+  // A control character hidden in the encoding is refused like a literal one.
+  auto c = s3::parse_list_objects_v2(
+      "<ListBucketResult><EncodingType>url</EncodingType><IsTruncated>false</IsTruncated>"
+      "<Contents><Key>m/a%0Ab</Key><Size>5</Size></Contents></ListBucketResult>",
+      "s3://b/m/");
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(c.status().message().find("holds control characters"), std::string::npos) << c.status().message();
 }
 
 TEST(S3Xml, ErrorBodies) {

@@ -111,11 +111,20 @@ std::string s3_request_url(const S3Config& config, std::string_view bucket, std:
 
 // An Env serving URLs of config's scheme ("s3" or "gs"). With nullopt the
 // configuration is resolved from the environment (resolve_s3_config) when a
-// call needs it, and again whenever the relevant variables change. Write-side
-// methods are kUnimplemented. Register it with register_url_scheme() to
-// replace the built-in source (e.g. with explicit credentials).
+// call needs it, and again whenever the relevant variables change; likewise
+// the HTTP settings without `http` (HttpOptions(): the WEIGHTLIFT_*
+// variables). Write-side methods are kUnimplemented. Register it with
+// register_url_scheme() to replace the built-in source (e.g. with explicit
+// credentials).
+//
+// Listings are untrusted: at most http.max_list_pages pages and
+// http.max_list_entries entries (WEIGHTLIFT_LIST_MAX_PAGES / _ENTRIES), a
+// continuation token seen before or 3 empty pages in a row that claim more
+// (IsTruncated) are kCorruptData, and a key below the prefix that is not a
+// plain relative path (an empty, "." or ".." component, a backslash, a
+// control character) is kCorruptData naming the key.
 std::unique_ptr<Env> new_s3_env(std::string scheme, std::optional<S3Config> config = std::nullopt,
-                                HttpOptions http = {});
+                                std::optional<HttpOptions> http = std::nullopt);
 
 // ---- copying a model out of object storage ----
 

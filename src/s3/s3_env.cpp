@@ -16,8 +16,36 @@ namespace {
 
 // SHA-256 of the empty payload: every request here is a GET or HEAD without a body.
 constexpr const char* kEmptyPayloadSha256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
-constexpr size_t kMaxListEntries = 1000000;
-constexpr int kMaxListPages = 100000;
+// Empty pages in a row that still claim more (IsTruncated): a broken or hostile server.
+constexpr int kMaxEmptyPages = 3;
+
+// A key's name below the listed prefix must be a plain relative path: what a
+// folder on disk could hold under the same name. One trailing '/' (a folder
+// marker object) is allowed.
+Status check_listed_name(std::string_view rel, const std::string& key, const std::string& path) {
+  std::string_view r = rel;
+  if (r.ends_with('/')) r.remove_suffix(1);
+  std::string why;
+  if (r.empty() || r.front() == '/') why = "it is empty or absolute";
+  for (char c : r) {
+    if (!why.empty()) break;
+    if (c == '\\') why = "it holds a backslash";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) why = "it holds a control character";
+  }
+  for (size_t a = 0; why.empty() && a <= r.size();) {
+    size_t b = r.find('/', a);
+    if (b == std::string_view::npos) b = r.size();
+    std::string_view part = r.substr(a, b - a);
+    if (part.empty() || part == "." || part == "..") why = "it has an empty, '.' or '..' component";
+    a = b + 1;
+  }
+  if (why.empty()) return Status();
+  std::string shown;
+  for (char c : key.substr(0, 256)) shown.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
+  return Status::Corrupt(fmt::format("refusing listed key '{}': {} (not a plain relative path below the prefix)", shown,
+                                     why))
+      .with_file(path);
+}
 
 // A Status for a non-2xx S3 answer: the HTTP status, S3's error code and
 // message from the XML body, and what to check.
@@ -95,7 +123,7 @@ class S3Target final : public remote::ObjectTarget {
 
 class S3Env final : public Env {
  public:
-  S3Env(std::string scheme, std::optional<S3Config> fixed, HttpOptions http)
+  S3Env(std::string scheme, std::optional<S3Config> fixed, std::optional<HttpOptions> http)
       : scheme_(std::move(scheme)), http_options_(std::move(http)) {
     if (fixed) {
       fixed->scheme = scheme_;
@@ -140,47 +168,60 @@ class S3Env final : public Env {
 
   Result<std::vector<DirEntry>> list_dir(const std::string& path) override {
     WL_ASSIGN_OR_RETURN(S3Url u, url_of(path));
+    WL_ASSIGN_OR_RETURN(Resolved res, resolved());
+    const HttpOptions& lim = res.http->options();
     const std::string prefix = prefix_of(u);
     std::vector<DirEntry> out;
-    std::set<std::string> dirs;
+    std::set<std::string> dirs, tokens;
     std::string token;
-    for (int pages = 0;; ++pages) {
-      if (pages >= kMaxListPages)
-        return Status::Corrupt(fmt::format("listing did not end after {} pages", kMaxListPages)).with_file(path);
+    uint64_t seen = 0;  // entries of every page, before folding names into folders
+    int empty = 0;      // empty truncated pages in a row
+    for (uint64_t pages = 0;; ++pages) {
+      if (pages >= lim.max_list_pages)
+        return Status::OutOfRange(fmt::format("listing did not end after {} pages (WEIGHTLIFT_LIST_MAX_PAGES)",
+                                              lim.max_list_pages))
+            .with_file(path);
       WL_ASSIGN_OR_RETURN(s3::ListPage page, list_page(path, token, 0));
+      seen += page.objects.size() + page.prefixes.size();
+      if (seen > lim.max_list_entries)
+        return Status::OutOfRange(fmt::format("listing holds more than {} entries (WEIGHTLIFT_LIST_MAX_ENTRIES)",
+                                              lim.max_list_entries))
+            .with_file(path);
       for (const auto& o : page.objects) {
         if (!std::string_view(o.key).starts_with(prefix))
           return Status::Corrupt(fmt::format("listing returned key '{}' outside prefix '{}'", o.key, prefix))
               .with_file(path);
         std::string name = o.key.substr(prefix.size());
         if (name.empty()) continue;  // the "folder" marker object itself
+        WL_RETURN_IF_ERROR(check_listed_name(name, o.key, path));
         auto slash = name.find('/');
-        if (slash != std::string::npos) {  // a server that ignored the delimiter
+        if (slash != std::string::npos) {  // a server that ignored the delimiter, or a folder marker
           dirs.insert(name.substr(0, slash));
           continue;
         }
-        WL_RETURN_IF_ERROR(check_name(name, path));
         out.push_back(DirEntry{name, false, false, o.size});
       }
       for (const auto& p : page.prefixes) {
-        if (!std::string_view(p).starts_with(prefix) || p.size() <= prefix.size() + 1 || p.back() != '/')
+        if (!std::string_view(p).starts_with(prefix) || p.back() != '/')
           return Status::Corrupt(fmt::format("listing returned common prefix '{}' outside prefix '{}'", p, prefix))
               .with_file(path);
+        WL_RETURN_IF_ERROR(check_listed_name(p.substr(prefix.size()), p, path));  // "m//", "m/../": named
         std::string name = p.substr(prefix.size(), p.size() - prefix.size() - 1);
         if (name.find('/') != std::string::npos) name = name.substr(0, name.find('/'));
         dirs.insert(name);
       }
-      if (out.size() + dirs.size() > kMaxListEntries)
-        return Status::OutOfRange(fmt::format("more than {} entries under the prefix", kMaxListEntries)).with_file(path);
       if (!page.truncated) break;
-      if (page.next_token == token)
-        return Status::Corrupt("listing repeats its continuation token").with_file(path);
+      empty = page.objects.empty() && page.prefixes.empty() ? empty + 1 : 0;
+      if (empty >= kMaxEmptyPages)
+        return Status::Corrupt(fmt::format("listing sent {} empty pages in a row, each claiming more (IsTruncated)",
+                                           empty))
+            .with_file(path);
+      if (!tokens.insert(page.next_token).second)
+        return Status::Corrupt(fmt::format("listing repeats a continuation token after {} pages", pages + 1))
+            .with_file(path);
       token = page.next_token;
     }
-    for (const auto& d : dirs) {
-      WL_RETURN_IF_ERROR(check_name(d, path));
-      out.push_back(DirEntry{d, true, false, 0});
-    }
+    for (const auto& d : dirs) out.push_back(DirEntry{d, true, false, 0});
     std::sort(out.begin(), out.end(), [](const DirEntry& a, const DirEntry& b) {
       return a.name != b.name ? a.name < b.name : a.is_dir < b.is_dir;
     });
@@ -197,12 +238,6 @@ class S3Env final : public Env {
 
   static std::string prefix_of(const S3Url& u) {
     return u.key.empty() || u.key.back() == '/' ? u.key : u.key + "/";
-  }
-
-  static Status check_name(const std::string& name, const std::string& path) {
-    if (name == "." || name == "..")
-      return Status::Corrupt(fmt::format("listing holds an entry named '{}'", name)).with_file(path);
-    return Status();
   }
 
   Result<s3::ListPage> list_page(const std::string& path, const std::string& token, int max_keys) {
@@ -222,7 +257,7 @@ class S3Env final : public Env {
   }
 
   Resolved make(S3Config c) const {
-    HttpOptions h = http_options_;
+    HttpOptions h = http_options_ ? *http_options_ : HttpOptions();
     if (h.ca_bundle.empty()) h.ca_bundle = c.ca_bundle;
     return Resolved{std::make_shared<const S3Config>(std::move(c)), std::make_shared<HttpClient>(std::move(h))};
   }
@@ -231,7 +266,7 @@ class S3Env final : public Env {
   // whenever a variable that resolution read has changed.
   Result<Resolved> resolved() {
     std::lock_guard lk(mu_);
-    if (current_.config && read_vars_.empty()) return current_;  // fixed at construction
+    if (current_.config && read_vars_.empty()) return current_;  // fixed at construction (settings included)
     const EnvLookup env = process_environment();
     if (current_.config) {
       bool same = true;
@@ -245,6 +280,8 @@ class S3Env final : public Env {
       return v;
     };
     WL_ASSIGN_OR_RETURN(S3Config c, resolve_s3_config(scheme_, recording));
+    if (!http_options_)  // the client follows the network settings too
+      for (const auto& name : remote::network_setting_variables()) (void)recording(name);
     current_ = make(std::move(c));
     read_vars_ = std::move(seen);
     if (read_vars_.empty()) read_vars_.emplace_back("HOME", env("HOME"));
@@ -252,7 +289,7 @@ class S3Env final : public Env {
   }
 
   const std::string scheme_;
-  const HttpOptions http_options_;
+  const std::optional<HttpOptions> http_options_;
   std::mutex mu_;
   Resolved current_;
   std::vector<std::pair<std::string, std::optional<std::string>>> read_vars_;
@@ -260,7 +297,7 @@ class S3Env final : public Env {
 
 }  // namespace
 
-std::unique_ptr<Env> new_s3_env(std::string scheme, std::optional<S3Config> config, HttpOptions http) {
+std::unique_ptr<Env> new_s3_env(std::string scheme, std::optional<S3Config> config, std::optional<HttpOptions> http) {
   return std::make_unique<S3Env>(std::move(scheme), std::move(config), std::move(http));
 }
 

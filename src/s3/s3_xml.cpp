@@ -1,6 +1,7 @@
 #include "s3/s3_xml.h"
 
 #include <charconv>
+#include <optional>
 
 #include <fmt/format.h>
 #include <tinyxml2.h>
@@ -47,6 +48,26 @@ Status corrupt(const std::string& where, const std::string& what) {
   return Status::Corrupt("malformed ListObjectsV2 answer: " + what).with_file(where);
 }
 
+// %XX decoding of a key a server sent with <EncodingType>url</EncodingType>.
+std::optional<std::string> url_decode(std::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    if (s[i] == '+') {
+      out.push_back(' ');
+    } else if (s[i] == '%') {
+      if (i + 2 >= s.size()) return std::nullopt;
+      unsigned v = 0;
+      auto [p, ec] = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+      if (ec != std::errc() || p != s.data() + i + 3) return std::nullopt;
+      out.push_back(static_cast<char>(v));
+      i += 2;
+    } else {
+      out.push_back(s[i]);
+    }
+  }
+  return out;
+}
+
 bool parse_doc(tinyxml2::XMLDocument& doc, std::string_view xml) {
   return doc.Parse(xml.data(), xml.size()) == tinyxml2::XML_SUCCESS;
 }
@@ -63,6 +84,18 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
     return corrupt(where, fmt::format("root element is '{}', not ListBucketResult", root ? printable(root->Name(), 64) : ""));
   ListPage page;
   size_t entries = 0;
+  // Keys and prefixes as the server encoded them (we never ask for an encoding, some servers send one).
+  const bool encoded = trimmed(text_of(root->FirstChildElement("EncodingType"))) == "url";
+  auto decoded = [&](std::string_view raw, std::string* out) -> Status {
+    if (!encoded) {
+      *out = std::string(raw);
+      return Status();
+    }
+    auto d = url_decode(raw);
+    if (!d) return corrupt(where, fmt::format("key '{}' is not valid URL encoding (EncodingType url)", printable(raw, 128)));
+    *out = std::move(*d);
+    return Status();
+  };
   for (const XMLElement* e = root->FirstChildElement(); e; e = e->NextSiblingElement()) {
     std::string_view name = e->Name();
     if (name == "Contents" || name == "CommonPrefixes") {
@@ -79,22 +112,31 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
         return corrupt(where, fmt::format("continuation token of {} bytes", t.size()));
       page.next_token = std::string(t);
     } else if (name == "Contents") {
-      std::string_view key = text_of(e->FirstChildElement("Key"));
+      const XMLElement* k = e->FirstChildElement("Key");
+      std::string_view raw = text_of(k);
       std::string_view size = trimmed(text_of(e->FirstChildElement("Size")));
-      if (key.empty()) return corrupt(where, "an entry without a Key");
+      if (raw.empty()) {  // name what there is rather than drop the entry
+        tinyxml2::XMLPrinter pr(nullptr, /*compact=*/true);
+        e->Accept(&pr);
+        return corrupt(where, fmt::format("entry {} of the page has no readable Key: {}", entries,
+                                          printable(std::string_view(pr.CStr(), pr.CStrSize() ? pr.CStrSize() - 1 : 0), 200)));
+      }
+      std::string key;
+      WL_RETURN_IF_ERROR(decoded(raw, &key));
       if (key.size() > kMaxKeyBytes) return corrupt(where, fmt::format("a key of {} bytes", key.size()));
       if (has_control(key)) return corrupt(where, fmt::format("key '{}' holds control characters", printable(key, 128)));
       ListedObject o;
       auto [p, ec] = std::from_chars(size.data(), size.data() + size.size(), o.size);
       if (size.empty() || ec != std::errc() || p != size.data() + size.size() || size.front() == '-')
         return corrupt(where, fmt::format("key '{}' has size '{}'", printable(key, 128), printable(size, 32)));
-      o.key = std::string(key);
+      o.key = std::move(key);
       page.objects.push_back(std::move(o));
     } else if (name == "CommonPrefixes") {
-      std::string_view pre = text_of(e->FirstChildElement("Prefix"));
+      std::string pre;
+      WL_RETURN_IF_ERROR(decoded(text_of(e->FirstChildElement("Prefix")), &pre));
       if (pre.empty() || pre.size() > kMaxKeyBytes || has_control(pre))
-        return corrupt(where, fmt::format("a common prefix of {} bytes", pre.size()));
-      page.prefixes.emplace_back(pre);
+        return corrupt(where, fmt::format("a common prefix '{}' of {} bytes", printable(pre, 128), pre.size()));
+      page.prefixes.push_back(std::move(pre));
     }
   }
   if (page.truncated && page.next_token.empty()) return corrupt(where, "truncated page without NextContinuationToken");
