@@ -2,6 +2,7 @@
 // hashed in order as its chunks arrive, renamed into place once verified.
 // Every write goes through the Env (so fault injection covers it).
 #include <openssl/evp.h>
+#include <sys/statvfs.h>
 
 #include <algorithm>
 #include <chrono>
@@ -56,6 +57,27 @@ std::string random_hex8() {
 
 constexpr std::string_view kJournalMagic = "weightlift-ranges 1";
 constexpr uint64_t kJournalEvery = 1 << 20;  // bytes between journal saves within a chunk
+// An attempt that delivered less than this (a trickling server, connections
+// cut early) counts against the retry budget (retry.max_attempts in a row).
+constexpr uint64_t kWeakProgress = uint64_t{64} << 10;
+
+// Free bytes on the disk of `dir` for an unprivileged writer; nullopt when unknown.
+std::optional<uint64_t> free_bytes(const std::string& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
+bool parse_u64(std::string_view s, uint64_t* out) {
+  if (s.empty() || s.size() > 20) return false;
+  uint64_t v = 0;
+  for (char ch : s) {
+    if (ch < '0' || ch > '9' || __builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, uint64_t(ch - '0'), &v))
+      return false;
+  }
+  *out = v;
+  return true;
+}
 
 // "{etag}.incomplete" (huggingface_hub 0.x) or "{etag}.{anything}.incomplete" (2.x, ours).
 bool is_partial_of(const std::string& name, const std::string& etag) {
@@ -111,6 +133,14 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
   }
   partial_ = adopt.empty() ? blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete" : adopt;
   journal_ = partial_ + ".ranges";
+  adopted_ = !adopt.empty();
+  // Admission: the claimed size (X-Linked-Size, Content-Length) must fit on the cache's disk before
+  // anything is sized by it (the chunk table here, the partial file once a server confirms it).
+  if (auto room = free_bytes(blobs); room && m_.size > adopt_size && m_.size - adopt_size > *room)
+    return Status::OutOfRange(fmt::format(
+        "cannot download {} of {} (revision {}): the server says it is {} bytes, more than the {} bytes free on the "
+        "cache's disk ({})",
+        m_.path, m_.repo_id, m_.revision, m_.size, *room, blobs));
 
   const uint64_t n = m_.size == 0 ? 0 : (m_.size + chunk_bytes - 1) / chunk_bytes;
   chunks_.resize(n);
@@ -145,17 +175,55 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
   WL_RETURN_IF_ERROR(save_journal_locked());
   WL_ASSIGN_OR_RETURN(out_, env->new_writable(partial_, {.mode = 0666, .truncate = false}));
   WL_ASSIGN_OR_RETURN(uint64_t cur, out_->size());
-  if (cur != m_.size) WL_RETURN_IF_ERROR(out_->truncate(m_.size));
-  // Mapped (copy-on-write) as well as read: views of the bytes that arrived
-  // are tensors without a copy (HubFile::view); reads still use pread.
-  WL_ASSIGN_OR_RETURN(in_, env->open(partial_, {.mode = FileMode::kMmapPrivate}));
+  // A partial file of the full size was sized after a confirmation (or by huggingface_hub): map it now.
+  // Otherwise it takes its size when the first response confirms it (size_partial_locked).
+  if (cur == m_.size) {
+    std::lock_guard lk(mu_);
+    WL_RETURN_IF_ERROR(size_partial_locked());
+  }
   uint64_t resumed = 0;
   for (auto& ch : chunks_) resumed += ch.have;
   if (resumed) c_.add_progress(resumed);
   return Status::Ok();
 }
 
+Status BlobFetch::size_partial_locked() {
+  if (in_) return Status::Ok();
+  WL_ASSIGN_OR_RETURN(uint64_t cur, out_->size());
+  if (cur != m_.size) WL_RETURN_IF_ERROR(out_->truncate(m_.size));
+  // Mapped (copy-on-write) as well as read: views of the bytes that arrived
+  // are tensors without a copy (HubFile::view); reads still use pread.
+  WL_ASSIGN_OR_RETURN(in_, c_.env->open(partial_, {.mode = FileMode::kMmapPrivate}));
+  return Status::Ok();
+}
+
+Status BlobFetch::check_response(const HttpResponse& r, uint64_t pos, uint64_t end, bool whole) const {
+  const std::string where = m_.location.substr(0, m_.location.find('?'));
+  const std::string cr = r.header("content-range");  // "bytes a-b/total", or "bytes */total" (416)
+  uint64_t total = 0;
+  bool known = false;
+  const auto slash = cr.rfind('/');
+  if (r.status == 206 || r.status == 416) known = slash != std::string::npos && parse_u64(std::string_view(cr).substr(slash + 1), &total);
+  else if (r.status == 200 && whole) known = parse_u64(r.header("content-length"), &total);
+  else return Status::Ok();  // not a body this fetch takes (the caller reports it)
+  // The size first: a server holding another size than the Hub claimed says more than a bad range.
+  if (known && total != m_.size)
+    return Status::Corrupt(fmt::format(
+        "{} of {} (revision {}): the Hub says it is {} bytes (X-Linked-Size / Content-Length) but {} holds {} bytes",
+        m_.path, m_.repo_id, m_.revision, m_.size, where, total));
+  if (r.status != 206) return Status::Ok();
+  const auto dash = cr.find('-');
+  uint64_t a = 0, b = 0;
+  if (!cr.starts_with("bytes ") || slash == std::string::npos || dash == std::string::npos || dash > slash ||
+      !parse_u64(std::string_view(cr).substr(6, dash - 6), &a) ||
+      !parse_u64(std::string_view(cr).substr(dash + 1, slash - dash - 1), &b) || a != pos || b + 1 != end)
+    return Status::Corrupt(fmt::format("asked {} for bytes {}-{} of {}, it answered Content-Range '{}'", where, pos,
+                                       end - 1, m_.path, cr.substr(0, 80)));
+  return Status::Ok();
+}
+
 Status BlobFetch::save_journal_locked() {
+  if (finished_) return Status::Ok();  // failed and cleaned up: nothing to resume
   std::string text = fmt::format("{}\n{} {}\n", kJournalMagic, m_.etag, m_.size);
   for (const auto& ch : chunks_)
     if (ch.have) text += fmt::format("{} {}\n", ch.begin, ch.begin + ch.have);
@@ -187,6 +255,8 @@ void BlobFetch::chunk_arrived_locked(size_t k, std::unique_lock<std::mutex>& lk)
   ch.claimed = false;
   ++arrived_;
   Status s = save_journal_locked();
+  // A body of unannounced length sizes the file only once every byte is there.
+  if (s.ok() && !in_ && arrived_ == chunks_.size()) s = size_partial_locked();
   if (!s.ok() && error_.ok()) error_ = s;
   cv_.notify_all();
   advance_hash(lk);
@@ -198,7 +268,7 @@ void BlobFetch::advance_hash(std::unique_lock<std::mutex>& lk) {
   if (hashing_) return;
   hashing_ = true;
   std::vector<std::byte> buf;
-  while (hashed_ < chunks_.size() && chunks_[hashed_].have == chunks_[hashed_].end - chunks_[hashed_].begin &&
+  while (in_ && hashed_ < chunks_.size() && chunks_[hashed_].have == chunks_[hashed_].end - chunks_[hashed_].begin &&
          error_.ok()) {
     const Chunk ch = chunks_[hashed_];
     lk.unlock();
@@ -238,15 +308,29 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
   };
   int stalls = 0;
   uint64_t saved = pos;
+  std::chrono::steady_clock::time_point deadline{};  // request_timeout_s covers every resume of this range
+  if (c_.http.options().request_timeout_s > 0)
+    deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                                       std::chrono::duration<double>(c_.http.options().request_timeout_s));
   while (pos < end) {
     HttpRequest req;
     req.url = m_.location;
     req.headers = c_.headers(!m_.cross_host);
+    req.deadline = deadline;
     const bool whole = pos == 0 && end == m_.size;
     if (!whole) {
       req.headers.emplace_back("Range", fmt::format("bytes={}-{}", pos, end - 1));
       req.expect_status = 206;
     }
+    // Before the first byte is written: the server holding the bytes confirms the size the Hub claimed
+    // (only then does the partial file take that size).
+    req.on_response = [&, whole, at = pos](const HttpResponse& answer) -> Status {
+      WL_RETURN_IF_ERROR(check_response(answer, at, end, whole));
+      if (answer.status != 206 && !(whole && answer.status == 200 && answer.header("content-length").size()))
+        return Status::Ok();
+      std::lock_guard lk(mu_);
+      return size_partial_locked();
+    };
     BodySink sink = [&](std::span<const std::byte> d) -> Status {
       if (cancelled_) return Status::Cancelled("download stopped");
       if (pos + d.size() > end) return Status::Corrupt("the server sent more bytes than asked for from " + where);
@@ -275,6 +359,10 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
     auto resp = c_.http.get(req, sink, &delivered);
     if (resp.ok() && resp->status < 300 && resp->status != (whole ? 200 : 206))
       return release(Status::Unavailable("the server ignored a Range request for " + where));
+    if (resp.ok() && resp->status == 416) {  // past the end: the size the Hub claimed is not the blob's
+      Status size = check_response(*resp, pos, end, whole);
+      return release(size.ok() ? status_from_response(*resp, m_.location) : size);
+    }
     if (resp.ok() && resp->status >= 300) return release(status_from_response(*resp, m_.location));
     if (pos >= end) break;
     if (!resp.ok()) {
@@ -283,9 +371,11 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
       // after the client's own retries: give up. A body cut short: resume.
       if (s.code() != Code::kUnavailable || delivered == 0) return release(s);
     }
-    if (delivered > 0) stalls = 0;
-    else if (++stalls >= c_.o.http.retry.max_attempts)
-      return release(Status::Unavailable(fmt::format("download of {} stalled at byte {} of {}", where, pos, m_.size)));
+    if (delivered >= kWeakProgress) stalls = 0;
+    else if (++stalls >= c_.http.options().retry.max_attempts)
+      return release(Status::Unavailable(fmt::format(
+          "download of {} stalled at byte {} of {}: {} attempts in a row delivered under {} KiB ({})", where, pos,
+          m_.size, stalls, kWeakProgress >> 10, resp.ok() ? "cut short" : resp.status().message())));
     c_.log(fmt::format("connection dropped at byte {} of {}; resuming {}", pos, m_.path, where));
   }
   return release(Status::Ok());
@@ -357,6 +447,13 @@ Status BlobFetch::finish() {
   if (error_.ok()) advance_hash(lk);  // when every chunk was there from the start
   cv_.wait(lk, [&] { return !error_.ok() || (!hashing_ && hashed_ == chunks_.size()); });
   finished_ = true;
+  if (!error_.ok() && !adopted_ && error_.code() != Code::kCancelled &&
+      std::all_of(chunks_.begin(), chunks_.end(), [](const Chunk& ch) { return ch.have == 0; })) {
+    // Nothing arrived (a refused size, an unreachable server): leave nothing behind. (A request
+    // still in flight writes to the unlinked file at most.)
+    (void)c_.env->remove(partial_);
+    (void)c_.env->remove(journal_);
+  }
   if (error_.ok()) final_ = verify_and_commit();
   else if (error_.code() == Code::kCancelled) final_ = error_;
   else  // name the repository, the file and the revision, not the partial file or a CDN URL
@@ -403,9 +500,13 @@ Status fetch_blob(HubCtx& c, const FileMeta& m) {
   for (int attempt = 0; attempt < 2; ++attempt) {  // one fresh retry after a checksum mismatch
     WL_ASSIGN_OR_RETURN(auto bf, BlobFetch::open(c, m, chunk));
     auto worker = [&] {
-      while (auto r = bf->claim(/*run=*/!parallel)) {
-        Status st = bf->fetch(*r);
-        if (!st.ok()) return bf->fail(std::move(st));
+      try {  // nothing thrown may leave a thread
+        while (auto r = bf->claim(/*run=*/!parallel)) {
+          Status st = bf->fetch(*r);
+          if (!st.ok()) return bf->fail(std::move(st));
+        }
+      } catch (const std::exception& e) {
+        bf->fail(Status::OutOfRange(std::string("out of memory: ") + e.what()));
       }
     };
     const uint64_t nchunks = (m.size + chunk - 1) / chunk;

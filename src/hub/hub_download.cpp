@@ -269,18 +269,37 @@ Result<FileMeta> head_file(HubCtx& c, const std::string& repo_id, const std::str
   m.commit = r.header("x-repo-commit");
   std::string linked = r.header("x-linked-etag");
   m.etag = normalize_etag(linked.empty() ? r.header("etag") : linked);
-  std::string size = r.header("x-linked-size");
-  if (size.empty()) size = r.header("content-length");
-  m.location = r.header("location").empty() ? r.url : r.header("location");
+  const bool redirected = r.status >= 300 && r.status < 400 && !r.header("location").empty();
+  m.location = redirected ? r.header("location") : r.url;
   if (m.location.find("://") == std::string::npos) m.location = r.url;  // relative: already followed
+  if (!m.location.starts_with("http://") && !m.location.starts_with("https://"))
+    return Status::InvalidArgument(fmt::format(
+        "refusing to download {} of {}: the server redirects it to a URL that is not http or https ({})", file,
+        repo_id, m.location.substr(0, std::min<size_t>(m.location.find_first_of("?#"), 200))));
   if (m.commit.empty() || !is_commit_hash(m.commit))
     return Status::Unavailable("the server's answer for " + req.url + " has no valid X-Repo-Commit (not a Hub endpoint?)");
   if (!is_safe_etag(m.etag))
     return Status::Corrupt("the server's ETag for " + req.url + " is missing or unsafe as a file name: '" + m.etag + "'");
+  m.cross_host = url_origin(m.location) != url_origin(req.url);
+  std::string size = r.header("x-linked-size");
+  if (size.empty() && redirected) {
+    // A redirected file without X-Linked-Size (a regular file served elsewhere): the redirect's own
+    // Content-Length is its (empty) body's, not the file's. Ask where the bytes are.
+    HttpRequest at;
+    at.method = "HEAD";
+    at.url = m.location;
+    at.headers = c.headers(!m.cross_host);
+    WL_ASSIGN_OR_RETURN(HttpResponse there, c.http.request(at));
+    if (there.status < 200 || there.status >= 300)
+      return Status(status_from_response(there, m.location))
+          .with_file(fmt::format("{} of {} (revision {})", file, repo_id, revision));
+    size = there.header("content-length");
+  } else if (size.empty()) {
+    size = r.header("content-length");
+  }
   if (size.empty() || size.find_first_not_of("0123456789") != std::string::npos || size.size() > 19)
     return Status::Corrupt("the server's answer for " + req.url + " has no usable size");
   m.size = std::stoull(size);
-  m.cross_host = url_origin(m.location) != url_origin(req.url);
   return m;
 }
 
@@ -316,12 +335,20 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
                     "?recursive=" + (recursive ? "True" : "False") + "&expand=False";
   std::vector<RepoEntry> out;
   std::set<std::string> seen_pages;
-  for (int page = 0; !url.empty(); ++page) {
-    if (page >= 100000 || !seen_pages.insert(url).second)
+  const HttpOptions& lim = c.http.options();
+  int empty = 0;  // empty pages in a row that link to another
+  for (uint64_t page = 0; !url.empty(); ++page) {
+    if (page >= lim.max_list_pages)
+      return Status::OutOfRange(fmt::format("tree listing of {} did not end after {} pages (WEIGHTLIFT_LIST_MAX_PAGES)",
+                                            repo_id, lim.max_list_pages));
+    if (!seen_pages.insert(url).second)
       return Status::Corrupt("tree pagination of " + repo_id + " does not end (a page links back to an earlier one)");
     HttpResponse resp;
     WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision, &resp));
     if (!j.is_array()) return Status::Corrupt("tree listing is not a JSON array from " + url);
+    if (out.size() + j.size() > lim.max_list_entries)
+      return Status::OutOfRange(fmt::format("tree listing of {} holds more than {} entries (WEIGHTLIFT_LIST_MAX_ENTRIES)",
+                                            repo_id, lim.max_list_entries));
     try {
       for (const auto& e : j) {
         RepoEntry r;
@@ -345,6 +372,10 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
     }
     if (!next.empty() && url_origin(next) != url_origin(url))
       return Status::Corrupt("tree pagination points to another host: " + next.substr(0, next.find('?')));
+    empty = !next.empty() && j.empty() ? empty + 1 : 0;
+    if (empty >= 3)
+      return Status::Corrupt(fmt::format("tree pagination of {} sent {} empty pages in a row, each linking to another",
+                                         repo_id, empty));
     url = next;
   }
   return out;
@@ -466,7 +497,12 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
           std::lock_guard<std::mutex> lock(mu);
           if (!first_error.ok()) return;
         }
-        Status st = fn(k);
+        Status st;
+        try {  // nothing thrown may leave a thread
+          st = fn(k);
+        } catch (const std::exception& e) {
+          st = Status::OutOfRange(std::string("out of memory: ") + e.what());
+        }
         if (!st.ok()) {
           std::lock_guard<std::mutex> lock(mu);
           if (first_error.ok()) first_error = std::move(st);

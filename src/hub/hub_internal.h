@@ -88,7 +88,12 @@ class BlobFetch {
   Status arrive(uint64_t offset, uint64_t n);
   // The partial file (renamed to the blob once verified, same inode): a
   // private mapping whose view() of arrived bytes stays valid while held.
-  const std::shared_ptr<RandomAccessFile>& partial() const { return in_; }
+  // nullptr until a server holding the bytes confirmed the blob's size (the
+  // file takes its full size only then: never a placeholder sized by a claim).
+  std::shared_ptr<RandomAccessFile> partial() const {
+    std::lock_guard lk(mu_);
+    return in_;
+  }
   // Blocks until every chunk arrived (or the fetch failed), then verifies and
   // renames the blob into place (once; later calls return the same status).
   Status finish();
@@ -105,6 +110,10 @@ class BlobFetch {
   };
   BlobFetch(HubCtx& c, FileMeta m);
   Status start(uint64_t chunk_bytes);
+  // Gives the partial file its full size and maps it (once), after a server confirmed the size.
+  Status size_partial_locked();
+  // The check of a response to one of this blob's ranged GETs: its total size is the claimed one.
+  Status check_response(const HttpResponse& r, uint64_t pos, uint64_t end, bool whole) const;
   Status save_journal_locked();
   void chunk_arrived_locked(size_t k, std::unique_lock<std::mutex>& lk);
   void advance_hash(std::unique_lock<std::mutex>& lk);
@@ -122,6 +131,7 @@ class BlobFetch {
   std::vector<Chunk> chunks_;
   size_t arrived_ = 0, hashed_ = 0;
   bool hashing_ = false, finished_ = false;
+  bool adopted_ = false;  // an earlier run's partial file was resumed (kept on failure)
   std::atomic<bool> cancelled_{false};
   Status error_, final_;
   struct Hasher;

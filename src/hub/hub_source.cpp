@@ -53,7 +53,8 @@ class HubFile final : public RandomAccessFile {
   }
   // Hints reach the mapping; readahead does not (unwritten stretches are holes).
   void advise(uint64_t offset, uint64_t n, Advice advice) const override {
-    if (advice != Advice::kWillNeed && advice != Advice::kSequential) p_->fetch->partial()->advise(offset, n, advice);
+    if (advice == Advice::kWillNeed || advice == Advice::kSequential) return;
+    if (auto f = p_->fetch->partial()) f->advise(offset, n, advice);
   }
 
  private:
@@ -94,14 +95,19 @@ struct HubSource::Impl final : public EnvWrapper {
   }
 
   void run_fetcher() {
-    for (auto& p : pending)
-      while (auto r = p->fetch->claim(/*run=*/false)) {
-        Status s = p->fetch->fetch(*r);
-        if (!s.ok()) {
-          p->fetch->fail(std::move(s));
-          break;
+    for (auto& p : pending) {
+      try {  // nothing thrown may leave a thread
+        while (auto r = p->fetch->claim(/*run=*/false)) {
+          Status s = p->fetch->fetch(*r);
+          if (!s.ok()) {
+            p->fetch->fail(std::move(s));
+            break;
+          }
         }
+      } catch (const std::exception& e) {
+        p->fetch->fail(Status::OutOfRange(std::string("out of memory: ") + e.what()));
       }
+    }
   }
 
   void run_finisher() {
