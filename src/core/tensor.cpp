@@ -8,12 +8,16 @@
 #include <fmt/format.h>
 
 #include "util/checked.h"
+#include "weightlift/system.h"
 
 namespace wl {
 
 namespace {
 constexpr size_t kHugeThreshold = size_t{2} << 20;
 constexpr size_t kHugePage = size_t{2} << 20;
+// Allocations from this size on are admitted against the memory available
+// (sizes often come from a file's or a server's claims).
+constexpr size_t kAdmitThreshold = size_t{64} << 20;
 }  // namespace
 
 std::string shape_to_string(std::span<const int64_t> shape) {
@@ -69,6 +73,14 @@ Result<Buffer> Buffer::allocate(size_t size, size_t alignment) {
   Buffer b;
   b.size_ = size;
   if (size == 0) return b;
+  if (size >= kAdmitThreshold) {  // before the allocation, never after (MAP_NORESERVE would let it fault in later)
+    auto avail = available_ram_bytes();
+    if (avail.ok() && size > *avail)
+      return Status::OutOfRange(fmt::format(
+          "cannot allocate {} bytes ({:.1f} GiB): more than the {} bytes ({:.1f} GiB) of memory available "
+          "(MemAvailable, within the cgroup limit); nothing was allocated",
+          size, static_cast<double>(size) / (1ull << 30), *avail, static_cast<double>(*avail) / (1ull << 30)));
+  }
   if (size >= kHugeThreshold && alignment <= kHugePage) {
     // Map body + one huge page, then trim to a 2 MiB-aligned body.
     uint64_t body = 0, len = 0;

@@ -166,7 +166,12 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
   }
   WL_ASSIGN_OR_RETURN(auto f, open_data(pf, o.env, FileMode::kPread));
   auto buf = Buffer::allocate(static_cast<size_t>(f->size()), 4096);
-  if (!buf.ok()) return Status(buf.status()).with_file(pf.path);
+  if (!buf.ok()) {  // name the tensor that makes the file that large, if one does
+    Status s = Status(buf.status()).with_file(pf.path);
+    for (size_t ti : pf.tensors)
+      if (plan.tensors[ti].full_nbytes > f->size() / 2) s.with_tensor(plan.tensors[ti].name);
+    return s;
+  }
   auto owner = std::make_shared<Buffer>(std::move(*buf));
   WL_RETURN_IF_ERROR(f->read_at(0, owner->span()));
   *bytes_read += f->size();
