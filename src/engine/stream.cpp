@@ -26,6 +26,7 @@
 #include <fmt/format.h>
 
 #include "engine/strategies.h"
+#include "weightlift/system.h"
 
 namespace wl::engine {
 
@@ -241,9 +242,20 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
 
   // Without a cap, every output buffer is allocated before the workers start,
   // so no mmap/munmap (mmap_lock writers, TLB shootdowns) runs while the
-  // workers fault pages in.
-  if (window == 0)
-    for (size_t ti : order) WL_RETURN_IF_ERROR(ensure_alloc(ti));
+  // workers fault pages in -- as far as they fit in the memory available now
+  // (sizes come from the files' claims); the rest are allocated, and each
+  // admitted again, as the stream reaches them.
+  if (window == 0) {
+    uint64_t room = UINT64_MAX, upfront = 0;
+    if (dest.device().host_accessible())
+      if (auto avail = available_ram_bytes(o.system); avail.ok()) room = *avail;
+    for (size_t ti : order) {
+      if (upfront + plan.tensors[ti].nbytes > room) break;
+      upfront += plan.tensors[ti].nbytes;
+      Status s = ensure_alloc(ti);
+      if (!s.ok()) return std::move(s).with_file(plan.files[plan.tensors[ti].file].path);
+    }
+  }
 
   auto claim = [&](uint64_t* a, uint64_t* b) -> bool {
     std::unique_lock lk(wm_mu);
@@ -372,20 +384,34 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
             len += p.len;
           }
           s = f.read_scatter_at(run.front().file_off, dsts);
-          if (!s.ok()) {
-            if (run.size() == 1) s = std::move(s).with_tensor(plan.tensors[run.front().tensor].name);
-          } else {
+          if (s.ok()) {
             bytes_read += len;
             for (const Piece& p : run) landed(p.tensor, p.len);
           }
         }
-        if (!s.ok()) return d.fail(s);
+        if (!s.ok()) {  // name the tensor (the first of a read shared by adjacent ones) and the file
+          const std::string& first = plan.tensors[run.front().tensor].name;
+          if (run.size() > 1 && s.tensor().empty() && run.back().tensor != run.front().tensor)
+            s = Status(s.code(), fmt::format("{} (one read of {} adjacent tensors, '{}' to '{}')", s.message(),
+                                             run.size(), first, plan.tensors[run.back().tensor].name))
+                    .with_file(s.file());
+          s.with_tensor(first);
+          s.with_file(plan.files[run.front().file].path);
+          return d.fail(s);
+        }
         i = j;
       }
     }
   };
   std::vector<std::thread> pool;
-  for (int i = 0; i < threads; ++i) pool.emplace_back(worker);
+  for (int i = 0; i < threads; ++i)
+    pool.emplace_back([&] {
+      try {  // nothing thrown may leave a thread (std::bad_alloc of a vector included)
+        worker();
+      } catch (const std::exception& e) {
+        d.fail(Status::OutOfRange(std::string("stream worker: ") + e.what()));
+      }
+    });
   for (auto& t : pool) t.join();
   if (up) {
     Status f = up->flush();
