@@ -144,14 +144,24 @@ struct ModelDownloadOptions {
 struct ModelDownloadResult {
   std::vector<std::string> files;  // written, full local paths: weights (natural order) then configs
   uint64_t bytes = 0;
+  // Files under the source that were not copied (not the chosen weights, the
+  // index or, with configs, a config file), source-relative, sorted.
+  std::vector<std::string> left_out;
 };
 
 // Copies the weights of the model at `source` (chosen as find_weight_files()
 // chooses them for a folder: safetensors first, de-duplicated with the index,
 // natural order; plus the index itself) and, with options.configs, its config
-// and tokenizer files into the local folder `dir` (created). Each file is
-// written through AtomicFile: a failure leaves no partial file under a final
-// name. Works for any source Env::Default() serves (s3://, gs://, a local folder).
+// and tokenizer files -- at any depth below the source, into the matching
+// sub-folders of `dir`, as vLLM's object-storage pull keeps them -- into the
+// local folder `dir` (created). Every other file found below the source is
+// named in left_out. A name that is not a plain relative path of safe
+// characters (an empty, "." or ".." component, a backslash, a control
+// character) is refused (kCorruptData naming it); so is a copy larger than the
+// free space of `dir`'s disk (kOutOfRange), before anything is written. Each
+// file is written through AtomicFile: a failure leaves no partial file under
+// a final name. Works for any source Env::Default() serves (s3://, gs://, a
+// local folder).
 Result<ModelDownloadResult> download_model_files(const std::string& source, const std::string& dir,
                                                  const ModelDownloadOptions& options = {});
 

@@ -1,8 +1,11 @@
 // download_model_files(): the weights and configs of a model in object
 // storage copied into a local folder (see weightlift/s3.h).
+#include <sys/statvfs.h>
+
 #include <algorithm>
 #include <atomic>
 #include <mutex>
+#include <new>
 #include <thread>
 
 #include <fmt/format.h>
@@ -11,6 +14,7 @@
 #include "weightlift/s3.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
+#include "util/checked.h"
 
 namespace wl {
 
@@ -53,11 +57,79 @@ Status copy_file(const std::string& from, const std::string& to, const ModelDown
       if (first.ok()) first = std::move(s);
     }
   };
+  auto guarded = [&] {  // nothing thrown may leave a thread
+    try {
+      worker();
+    } catch (const std::exception& e) {
+      std::lock_guard lk(mu);
+      if (first.ok()) first = Status::OutOfRange(fmt::format("copying {}: {}", from, e.what()));
+    }
+  };
   std::vector<std::thread> pool;
-  for (int i = 0; i < n; ++i) pool.emplace_back(worker);
+  for (int i = 0; i < n; ++i) pool.emplace_back(guarded);
   for (auto& t : pool) t.join();
   WL_RETURN_IF_ERROR(first);
   return out.commit();  // the destructor removes the temporary on any earlier return
+}
+
+// A name below the source: a plain relative path of safe characters.
+Status check_relative_name(const std::string& rel, const std::string& source) {
+  std::string why;
+  if (rel.empty() || rel.front() == '/') why = "it is empty or absolute";
+  for (char c : rel) {
+    if (!why.empty()) break;
+    if (c == '\\') why = "it holds a backslash";
+    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) why = "it holds a control character";
+  }
+  for (size_t a = 0; why.empty() && a <= rel.size();) {
+    size_t b = rel.find('/', a);
+    if (b == std::string::npos) b = rel.size();
+    const std::string part = rel.substr(a, b - a);
+    if (part.empty() || part == "." || part == "..") why = "it has an empty, '.' or '..' component";
+    a = b + 1;
+  }
+  if (why.empty()) return Status();
+  std::string shown;
+  for (char c : rel.substr(0, 256)) shown.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
+  return Status::Corrupt(fmt::format("refusing to write a file named '{}': {}", shown, why)).with_file(source);
+}
+
+// Every file below `source` (source-relative names), folder by folder.
+constexpr int kMaxDepth = 16;
+Status walk(Env* env, const std::string& source, const std::string& rel, int depth, uint64_t max_entries,
+            std::vector<std::pair<std::string, uint64_t>>& out, uint64_t& seen) {
+  const std::string here = rel.empty() ? source : join_path(source, rel);
+  WL_ASSIGN_OR_RETURN(auto entries, env->list_dir(here));
+  for (const auto& e : entries) {
+    if (++seen > max_entries)
+      return Status::OutOfRange(fmt::format("more than {} entries below the source (WEIGHTLIFT_LIST_MAX_ENTRIES)",
+                                            max_entries))
+          .with_file(source);
+    const std::string r = rel.empty() ? e.name : rel + "/" + e.name;
+    WL_RETURN_IF_ERROR(check_relative_name(r, source));
+    if (!e.is_dir) {
+      out.emplace_back(r, e.size);
+    } else if (depth + 1 >= kMaxDepth) {
+      return Status::OutOfRange(fmt::format("folders nested more than {} deep below the source ('{}')", kMaxDepth, r))
+          .with_file(source);
+    } else {
+      WL_RETURN_IF_ERROR(walk(env, source, r, depth + 1, max_entries, out, seen));
+    }
+  }
+  return Status();
+}
+
+// Free bytes for an unprivileged writer on the disk of `dir` (or of its
+// nearest existing parent); nullopt when unknown.
+std::optional<uint64_t> free_bytes(std::string dir) {
+  for (int i = 0; i < 64 && !dir.empty(); ++i) {
+    struct statvfs st {};
+    if (::statvfs(dir.c_str(), &st) == 0) return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+    const std::string up = parent_dir(dir);
+    if (up == dir) break;
+    dir = up;
+  }
+  return std::nullopt;
 }
 
 }  // namespace
@@ -76,22 +148,28 @@ Result<ModelDownloadResult> download_model_files(const std::string& source, cons
     return Status::InvalidArgument(fmt::format("download chunk of {} bytes is outside [64 KiB, 1 GiB]", o.chunk_bytes));
   if (is_url(dir)) return Status::Unimplemented("the destination must be a local folder").with_file(dir);
   WL_ASSIGN_OR_RETURN(WeightFiles wf, find_weight_files(source, o.env));
-  // (source-relative name, size) of every file to copy, weights first.
+  // Source-relative names of every file to copy, weights first.
   std::vector<std::string> names;
   for (const auto& f : wf.files) names.push_back(base_name(f));
+  ModelDownloadResult r;
   const bool folder = o.env->is_directory(source);
   if (folder) {
-    WL_ASSIGN_OR_RETURN(auto entries, o.env->list_dir(source));
-    for (const auto& e : entries) {
-      if (e.is_dir || std::find(names.begin(), names.end(), e.name) != names.end()) continue;
-      bool want = e.name == kSafetensorsIndexName;
-      for (const auto& p : model_config_patterns()) want = want || (o.configs && fnmatch(e.name, p));
-      if (want) names.push_back(e.name);
+    std::vector<std::pair<std::string, uint64_t>> below;
+    uint64_t seen = 0;
+    WL_RETURN_IF_ERROR(walk(o.env, source, "", 0, HttpOptions().max_list_entries, below, seen));
+    std::sort(below.begin(), below.end());
+    for (const auto& [rel, size] : below) {
+      if (std::find(names.begin(), names.end(), rel) != names.end()) continue;
+      bool want = rel == kSafetensorsIndexName;
+      for (const auto& p : model_config_patterns()) want = want || (o.configs && fnmatch(base_name(rel), p));
+      if (want) names.push_back(rel);
+      else r.left_out.push_back(rel);
     }
   }
   std::vector<std::string> from;
   for (const auto& n : names) {
-    if (n.empty() || n == "." || n == ".." || n.find('/') != std::string::npos)
+    WL_RETURN_IF_ERROR(check_relative_name(n, source));
+    if (!folder && n.find('/') != std::string::npos)
       return Status::Corrupt(fmt::format("refusing to write a file named '{}'", n)).with_file(source);
     from.push_back(folder ? join_path(source, n) : source);
   }
@@ -100,14 +178,19 @@ Result<ModelDownloadResult> download_model_files(const std::string& source, cons
   for (const auto& f : from) {
     WL_ASSIGN_OR_RETURN(uint64_t n, o.env->file_size(f));
     sizes.push_back(n);
-    total += n;
+    if (!checked_add(total, n, &total))
+      return Status::Corrupt("the files' sizes add up past 2^64 bytes").with_file(source);
   }
+  if (auto room = free_bytes(dir); room && total > *room)
+    return Status::OutOfRange(fmt::format("the copy needs {} bytes but the disk of {} has {} free; nothing was written",
+                                          total, dir, *room))
+        .with_file(source);
   WL_RETURN_IF_ERROR(o.env->create_dirs(dir));
-  ModelDownloadResult r;
   std::atomic<uint64_t> done{0};
   std::mutex progress_mu;
   for (size_t i = 0; i < from.size(); ++i) {
     const std::string to = join_path(dir, names[i]);
+    if (names[i].find('/') != std::string::npos) WL_RETURN_IF_ERROR(o.env->create_dirs(parent_dir(to)));
     WL_RETURN_IF_ERROR(copy_file(from[i], to, o, done, total, progress_mu));
     r.files.push_back(to);
     r.bytes += sizes[i];
