@@ -8,6 +8,8 @@
 #include <cstdio>
 #include <memory>
 
+#include <fmt/format.h>
+
 #include "command.h"
 #include "weightlift/hub.h"
 #include "weightlift/io.h"
@@ -33,6 +35,7 @@ struct DownloadArgs {
   int connections = 8;
   std::string split_min = "64MB";
   std::string chunk = "16MB";
+  NetworkFlags net;
 };
 
 // An object-storage (or any URL) source: the chosen files into a local folder.
@@ -53,14 +56,25 @@ int run_url_download(const DownloadArgs& a) {
   auto r = download_model_files(a.repo, a.dir, o);
   if (!r.ok()) return fail(r.status());
   if (bar) bar->finish();
-  if (!a.quiet)
+  if (!a.quiet) {
     std::fprintf(stderr, "weightlift: wrote %zu files, %llu bytes\n", r->files.size(),
                  static_cast<unsigned long long>(r->bytes));
+    if (!r->left_out.empty()) {  // never a silent skip: say what else is there
+      std::string some;
+      for (size_t i = 0; i < r->left_out.size() && i < 5; ++i) some += (i ? ", " : "") + r->left_out[i];
+      if (r->left_out.size() > 5) some += fmt::format(", ... ({} more)", r->left_out.size() - 5);
+      std::fprintf(stderr, "weightlift: left out %zu other file%s under %s (not weights%s): %s\n", r->left_out.size(),
+                   r->left_out.size() == 1 ? "" : "s", a.repo.c_str(), a.configs ? " or configs" : "; --configs adds configs",
+                   some.c_str());
+    }
+  }
   std::printf("%s\n", a.dir.c_str());
   return 0;
 }
 
 int run_download(const DownloadArgs& a) {
+  auto net = apply_network_flags(a.net);
+  if (!net.ok()) return usage_error(net.status().message());
   if (is_url(a.repo)) return run_url_download(a);
   if (!a.dir.empty()) return usage_error("DIR is for s3://, gs:// and http(s):// sources; a Hub repository goes to the cache (--cache-dir)");
   if (a.configs) return usage_error("--configs is for s3:// and gs:// sources; use --include for a Hub repository");
@@ -106,6 +120,7 @@ RunFn setup_download(CLI::App& sub) {
   sub.add_option("--connections", a->connections, "parallel ranged requests per large file")->check(CLI::Range(1, 64));
   sub.add_option("--split-min", a->split_min, "files at least this large use parallel ranged requests (default 64MB)");
   sub.add_option("--chunk", a->chunk, "size of one ranged request (default 16MB, at least 1MB)");
+  add_network_flags(sub, a->net);
   return [a, tok] {
     a->token_set = tok->count() > 0;
     return run_download(*a);

@@ -55,6 +55,7 @@ struct LoadArgs {
   bool distributed = false;
   double dist_timeout = 600;
   bool preallocated = false;
+  NetworkFlags net;
 };
 
 // --into-preallocated: one host buffer per tensor allocated and touched
@@ -113,6 +114,8 @@ Result<LoadStats> load_dummy(const std::vector<std::string>& files, uint64_t see
 }
 
 int run_load(const LoadArgs& a) {
+  auto net = apply_network_flags(a.net);
+  if (!net.ok()) return usage_error(net.status().message());
   auto strategy = strategy_from_name(a.strategy);
   if (!strategy) return usage_error(fmt::format("unknown strategy '{}'", a.strategy));
   LoadOptions opt;
@@ -305,6 +308,7 @@ RunFn setup_load(CLI::App& sub) {
                  "--distributed: seconds to wait for the other ranks before aborting the job (default 600)");
   sub.add_flag("--into-preallocated", a->preallocated,
                "read into one buffer per tensor allocated and touched before the load (as a model's parameters)");
+  add_network_flags(sub, a->net);
   return [a] { return run_load(*a); };
 }
 

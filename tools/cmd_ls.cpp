@@ -18,9 +18,12 @@ struct LsArgs {
   std::string format = "table";
   std::string revision = "main";
   bool offline = false;
+  NetworkFlags net;
 };
 
 int run_ls(const LsArgs& a) {
+  auto net = apply_network_flags(a.net);
+  if (!net.ok()) return usage_error(net.status().message());
   auto resolved = weight_files_of(a.paths, a.revision, a.offline);
   if (!resolved.ok()) return fail(resolved.status());
   const std::vector<std::string>& files = *resolved;
@@ -51,6 +54,7 @@ RunFn setup_ls(CLI::App& sub) {
   sub.add_option("--format", a->format, "output format")->check(CLI::IsMember({"table", "jsonl"}));
   sub.add_option("--revision", a->revision, "Hub revision when PATH is a repository id");
   sub.add_flag("--offline", a->offline, "resolve repository ids from the local Hub cache only");
+  add_network_flags(sub, a->net);
   return [a] { return run_ls(*a); };
 }
 

@@ -40,6 +40,17 @@ Result<std::vector<std::string>> weight_files_of(const std::vector<std::string>&
                                                  bool offline,
                                                  std::vector<std::unique_ptr<HubSource>>* sources = nullptr);
 
+// --connect-timeout, --stall-timeout, --retries, --request-timeout, --deadline
+// (tools/net_flags.cpp): the network settings of http.h for one command.
+struct NetworkFlags {
+  std::string connect_timeout, stall_timeout, retries, request_timeout, deadline;
+};
+void add_network_flags(CLI::App& sub, NetworkFlags& flags);
+// Sets the WEIGHTLIFT_* variables of the flags given, checks every network
+// setting (kInvalidArgument naming the bad one), and returns the command's
+// deadline scope (--deadline, else WEIGHTLIFT_DEADLINE; null when none).
+Result<std::unique_ptr<ScopedNetworkDeadline>> apply_network_flags(const NetworkFlags& flags);
+
 // Prints "weightlift: error: <file>: <what is wrong>" to stderr; returns 1.
 int fail(const Status& s);
 // Usage errors: prints the message; returns 2.

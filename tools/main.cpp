@@ -1,6 +1,7 @@
 // weightlift: command-line entry point. Exit codes: 0 ok, 1 error, 2 usage.
 #include <cstdio>
 #include <map>
+#include <new>
 
 #include "command.h"
 #include "weightlift/hub.h"
@@ -73,6 +74,9 @@ int main(int argc, char** argv) {
     if (sub->parsed()) {
       try {
         return run();
+      } catch (const std::bad_alloc&) {  // a last resort: admission should have refused the allocation first
+        std::fprintf(stderr, "weightlift: error: out of memory (an allocation failed: std::bad_alloc)\n");
+        return 1;
       } catch (const std::exception& e) {
         std::fprintf(stderr, "weightlift: error: internal: %s\n", e.what());
         return 1;
