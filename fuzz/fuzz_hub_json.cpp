@@ -105,6 +105,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   o.http.retry.max_attempts = 1;
   o.http.connect_timeout_s = 5;
   o.http.stall_timeout_s = 5;
+  o.http.dead_host_window_s = 0;  // every input is tried against the server, whatever the last one did
   if (!tree) {
     auto info = repo_info("org/model", "main", o);
     if (info.ok()) {

@@ -17,8 +17,13 @@
 // a partial file huggingface_hub left ("{etag}.incomplete" from 0.x, or a
 // 2.x one without a journal) is resumed as the prefix it holds. A blob takes
 // its final name only after its bytes match the ETag (SHA-256 for LFS files,
-// git blob SHA-1 otherwise). Offline, a snapshot whose tree listing names
-// selected files that are missing is refused as incomplete (as 2.x refuses it).
+// git blob SHA-1 otherwise). Its claimed size (X-Linked-Size, Content-Length)
+// is admitted against the cache's free disk before anything is sized by it,
+// and the partial file takes that size only once the host holding the bytes
+// confirms it (a mismatch is kCorruptData naming the file). Offline, a
+// snapshot whose tree listing names selected files that are missing is
+// refused as incomplete (as 2.x refuses it). Every request follows http.h's
+// network policy (HubOptions::http: timeouts, retries, listing caps).
 //
 // Environment (read when a field below is left empty): HF_ENDPOINT, HF_HOME,
 // HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_TOKEN, HUGGING_FACE_HUB_TOKEN,
