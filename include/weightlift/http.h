@@ -84,7 +84,8 @@ struct HttpOptions {
   uint64_t max_list_entries = 1000000;   // WEIGHTLIFT_LIST_MAX_ENTRIES
   // After a request failed every attempt without any answer from its host
   // (refused, unreachable, silent), requests to that host fail at once for
-  // this long (process-wide); 0 turns it off.
+  // this long (process-wide, naming the first failure); 0 turns it off for
+  // the requests of this client (they neither mark nor skip a host).
   double dead_host_window_s = 30;
   // Certificate bundle for TLS (CURLOPT_CAINFO); "" = the system's.
   std::string ca_bundle;

@@ -445,8 +445,13 @@ Result<HttpResponse> HttpClient::perform_once(const HttpRequest& req, const std:
   curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
   curl_easy_setopt(c, CURLOPT_URL, url.c_str());
   // The policy: http and https only, for this request and any redirect curl would see.
+#if LIBCURL_VERSION_NUM >= 0x075500  // 7.85: the string forms
   curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, "http,https");
   curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+#else
+  curl_easy_setopt(c, CURLOPT_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+  curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS, static_cast<long>(CURLPROTO_HTTP | CURLPROTO_HTTPS));
+#endif
   curl_easy_setopt(c, CURLOPT_MAXREDIRS, static_cast<long>(options_.max_redirects));
   curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
@@ -539,9 +544,9 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
     return Status::Unavailable(fmt::format("{}: the deadline ({}) passed after {} attempt{} in {:.1f} s", what,
                                            deadline_setting, attempts, attempts == 1 ? "" : "s", seconds_since(start)));
   };
-  if (auto dead = dead_host(origin))
+  if (auto dead = options_.dead_host_window_s > 0 ? dead_host(origin) : std::nullopt)
     return Status::Unavailable(fmt::format(
-        "{}: not tried: {} did not answer {:.0f} s ago ({}); it is tried again after {:g} s", what, origin,
+        "{}: not tried: {} did not answer {:.0f} s ago ({}); it is tried again {:g} s after that", what, origin,
         seconds_since(dead->since), dead->why, options_.dead_host_window_s));
 
   std::string url = req.url;
@@ -570,10 +575,10 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
       if (has_deadline && remaining_s() <= 0.05) return deadline_passed(attempt + 1);
       if (can_retry && wait_then_retry(jittered_backoff(options_.retry, attempt))) continue;
       const int tries = attempt + 1;
-      std::string msg = fmt::format("{}: {} ({} attempt{} in {:.1f} s; {})", what, a.detail, tries,
-                                    tries == 1 ? "" : "s", seconds_since(start), settings());
-      if (!answered && a.delivered == 0) mark_dead(url_origin(url), options_.dead_host_window_s, a.detail);
-      return Status::Unavailable("connection failed: " + msg);
+      const std::string tried = fmt::format("{} attempt{} in {:.1f} s", tries, tries == 1 ? "" : "s", seconds_since(start));
+      if (!answered && a.delivered == 0)
+        mark_dead(url_origin(url), options_.dead_host_window_s, fmt::format("{}; {}", a.detail, tried));
+      return Status::Unavailable(fmt::format("connection failed: {}: {} ({}; {})", what, a.detail, tried, settings()));
     }
     HttpResponse resp = std::move(r).value();
     if (retryable_status(resp.status)) {
@@ -610,10 +615,21 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
   }
 }
 
-Result<HttpResponse> HttpClient::request(const HttpRequest& req) { return run(req, nullptr, nullptr); }
+// The API boundary: an allocation that fails is an error, never an exception.
+Result<HttpResponse> HttpClient::request(const HttpRequest& req) {
+  try {
+    return run(req, nullptr, nullptr);
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("an HTTP answer (" + redact(req.url) + ")");
+  }
+}
 
 Result<HttpResponse> HttpClient::get(const HttpRequest& req, const BodySink& sink, uint64_t* delivered) {
-  return run(req, &sink, delivered);
+  try {
+    return run(req, &sink, delivered);
+  } catch (const std::bad_alloc&) {
+    return out_of_memory("an HTTP answer (" + redact(req.url) + ")");
+  }
 }
 
 }  // namespace wl

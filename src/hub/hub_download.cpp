@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <new>
 #include <optional>
 #include <set>
 #include <thread>
@@ -381,8 +382,10 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
   return out;
 }
 
-Result<std::string> hf_hub_download(const std::string& repo_id, const std::string& filename, const std::string& revision,
-                                    const HubOptions& o, const std::string& subfolder) {
+namespace {
+Result<std::string> hf_hub_download_impl(const std::string& repo_id, const std::string& filename,
+                                         const std::string& revision, const HubOptions& o,
+                                         const std::string& subfolder) {
   WL_RETURN_IF_ERROR(check_repo_id(repo_id));
   WL_RETURN_IF_ERROR(check_revision(revision));
   const std::string file = subfolder.empty() ? filename : subfolder + "/" + filename;
@@ -427,6 +430,17 @@ Result<std::string> hf_hub_download(const std::string& repo_id, const std::strin
   if (c.bar) c.bar->finish();
   WL_RETURN_IF_ERROR(link_pointer(c, storage, meta->commit, file, meta->etag));
   return pointer(meta->commit);
+}
+
+}  // namespace
+
+Result<std::string> hf_hub_download(const std::string& repo_id, const std::string& filename, const std::string& revision,
+                                    const HubOptions& o, const std::string& subfolder) {
+  try {  // the API boundary: an allocation that fails is an error
+    return hf_hub_download_impl(repo_id, filename, revision, o, subfolder);
+  } catch (const std::bad_alloc&) {
+    return Status::OutOfRange(fmt::format("out of memory downloading {} of {}", filename, repo_id));
+  }
 }
 
 Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const SnapshotOptions& s, const HubOptions& o,
@@ -547,8 +561,12 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
 }
 
 Result<std::string> snapshot_download(const std::string& repo_id, const SnapshotOptions& s, const HubOptions& o) {
-  WL_ASSIGN_OR_RETURN(SnapshotPlan plan, snapshot_download_except(repo_id, s, o, {}));
-  return plan.folder;
+  try {  // the API boundary: an allocation that fails is an error
+    WL_ASSIGN_OR_RETURN(SnapshotPlan plan, snapshot_download_except(repo_id, s, o, {}));
+    return plan.folder;
+  } catch (const std::bad_alloc&) {
+    return Status::OutOfRange("out of memory downloading " + repo_id);
+  }
 }
 
 }  // namespace wl

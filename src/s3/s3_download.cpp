@@ -139,8 +139,9 @@ const std::vector<std::string>& model_config_patterns() {
   return p;
 }
 
-Result<ModelDownloadResult> download_model_files(const std::string& source, const std::string& dir,
-                                                 const ModelDownloadOptions& o) {
+namespace {
+Result<ModelDownloadResult> download_model_files_impl(const std::string& source, const std::string& dir,
+                                                      const ModelDownloadOptions& o) {
   if (o.env == nullptr) return Status::InvalidArgument("ModelDownloadOptions.env is null");
   if (o.threads < 1 || o.threads > 256)
     return Status::InvalidArgument(fmt::format("download threads {} is outside [1, 256]", o.threads));
@@ -196,6 +197,17 @@ Result<ModelDownloadResult> download_model_files(const std::string& source, cons
     r.bytes += sizes[i];
   }
   return r;
+}
+
+}  // namespace
+
+Result<ModelDownloadResult> download_model_files(const std::string& source, const std::string& dir,
+                                                 const ModelDownloadOptions& o) {
+  try {  // the API boundary: an allocation that fails is an error
+    return download_model_files_impl(source, dir, o);
+  } catch (const std::bad_alloc&) {
+    return Status::OutOfRange("out of memory copying " + source);
+  }
 }
 
 }  // namespace wl

@@ -84,12 +84,17 @@ def test_download_copies_weights_and_configs(server, model, tmp_path):
     wanted = sorted(p.name for p in model.glob("*.safetensors")) + ["model.safetensors.index.json"]
     assert sorted(os.listdir(out)) == sorted(wanted)
     out2 = tmp_path / "with-configs"
-    r = sh("download", URL, out2, "--configs", "-q", env=server.env())
+    r = sh("download", URL, out2, "--configs", env=server.env())
     assert r.stdout.strip() == str(out2)
     names = sorted(os.listdir(out2))
-    assert names == sorted(p.name for p in model.iterdir() if p.is_file() and p.name != "training_args.bin")
-    for n in names:
+    # Configs at any depth go to their sub-folder (llama/notes/changelog.txt: *.txt), as vLLM's pull keeps
+    # them; what is neither weights nor configs is named, never skipped silently.
+    top = sorted(p.name for p in model.iterdir() if p.is_file())
+    assert names == sorted(top + ["notes"])
+    for n in top:
         assert (out2 / n).read_bytes() == (model / n).read_bytes(), n
+    assert (out2 / "notes" / "changelog.txt").read_bytes() == UNRELATED["llama/notes/changelog.txt"]
+    assert f"left out 1 other file under {URL} (not weights or configs): training_args.bin" in r.stderr, r.stderr
     assert checksums(out2) == checksums(model)
 
 
