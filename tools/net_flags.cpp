@@ -33,12 +33,12 @@ Result<std::unique_ptr<ScopedNetworkDeadline>> apply_network_flags(const Network
   HttpOptions check;  // every setting parsed now, so that a bad one is a usage error before any work
   if (!check.invalid.empty()) {
     std::string msg = check.invalid;
-    for (const auto& [name, value] : flags)
-      if (!value->empty() && msg.starts_with(name)) msg += fmt::format(" (from --{})", [&] {
-        std::string flag = std::string(name).substr(11);  // after "WEIGHTLIFT_"
-        for (auto& c : flag) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-        return flag;
-      }());
+    for (const auto& flag : flags) {
+      if (flag.second->empty() || !msg.starts_with(flag.first)) continue;
+      std::string option = std::string(flag.first).substr(11);  // after "WEIGHTLIFT_"
+      for (auto& c : option) c = c == '_' ? '-' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+      msg += " (from --" + option + ")";
+    }
     return Status::InvalidArgument(msg);
   }
   std::string deadline = f.deadline, setting = "--deadline";
