@@ -27,7 +27,18 @@ const Loaded& plugin() {
   static Loaded loaded;
   static std::once_flag once;
   std::call_once(once, [] {
-    // RTLD_GLOBAL: Open MPI loads its own components with dlopen and needs libmpi's symbols.
+    // The MPI library first, by the soname the plugin was compiled against: the
+    // plugin does not name it as a dependency (src/dist/mpi/CMakeLists.txt).
+    // RTLD_GLOBAL: the plugin's MPI symbols resolve against it, and Open MPI
+    // loads its own components with dlopen and needs libmpi's symbols.
+#ifdef WEIGHTLIFT_MPI_SONAME
+    if (!::dlopen(WEIGHTLIFT_MPI_SONAME, RTLD_NOW | RTLD_GLOBAL)) {
+      const char* e = ::dlerror();
+      loaded.reason = fmt::format("MPI is not available: {} cannot be loaded ({}); install the MPI library "
+                                  "this weightlift was built against (Open MPI: Debian's libopenmpi3)", WEIGHTLIFT_MPI_SONAME, e ? e : "");
+      return;
+    }
+#endif
     std::string errors;
     void* handle = open_plugin(plugin_candidates(kLibName, "WEIGHTLIFT_MPI_LIBRARY", reinterpret_cast<void*>(&mpi_world)),
                                RTLD_NOW | RTLD_GLOBAL, &errors);
