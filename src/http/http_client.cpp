@@ -17,6 +17,7 @@
 #include <fmt/format.h>
 
 #include "weightlift/http.h"
+#include "http/ca_bundle.h"
 
 namespace wl {
 namespace {
@@ -468,7 +469,8 @@ Result<HttpResponse> HttpClient::perform_once(const HttpRequest& req, const std:
   curl_easy_setopt(c, CURLOPT_WRITEDATA, &t);
   curl_easy_setopt(c, CURLOPT_BUFFERSIZE, 512L * 1024);
   if (req.method == "HEAD") curl_easy_setopt(c, CURLOPT_NOBODY, 1L);
-  if (!options_.ca_bundle.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, options_.ca_bundle.c_str());
+  const std::string& ca_bundle = options_.ca_bundle.empty() ? system_ca_bundle() : options_.ca_bundle;
+  if (!ca_bundle.empty()) curl_easy_setopt(c, CURLOPT_CAINFO, ca_bundle.c_str());
   if (req.sigv4 && send_auth) {  // never sign for another host after a redirect
     curl_easy_setopt(c, CURLOPT_AWS_SIGV4, req.sigv4->provider.c_str());
     curl_easy_setopt(c, CURLOPT_USERNAME, req.sigv4->access_key_id.c_str());
