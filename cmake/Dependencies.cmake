@@ -35,7 +35,7 @@ if(NOT CLI11_FOUND)
   weightlift_require(CLI11_INCLUDE_DIR libcli11-dev)
 endif()
 if(WEIGHTLIFT_PYTHON)  # the extension: the Python headers (python/CMakeLists.txt)
-  find_package(Python 3.9 QUIET COMPONENTS Interpreter Development.Module)
+  find_package(Python 3.9 QUIET COMPONENTS Interpreter Development.Module ${SKBUILD_SABI_COMPONENT})
   weightlift_require(Python_Development.Module_FOUND python3-dev)
 endif()
 

@@ -99,6 +99,9 @@ def test_the_wheel_carries_cli_module_plugins_and_entry_points(wheel):
         entry_points = z.read(f"{dist_info}/entry_points.txt").decode() if f"{dist_info}/entry_points.txt" in names else ""
         metadata = z.read(f"{dist_info}/METADATA").decode()
     assert "weightlift/weightlift-cli" in names
+    # An abi3 wheel holds a stable-ABI module (nanobind's STABLE_ABI), not one Python's.
+    if wheel_tags(wheel)[1] == "abi3":
+        assert "weightlift/_core.abi3.so" in names, sorted(n for n in names if "_core" in n)
     script = f"weightlift-{PYPROJECT['project']['version']}.data/scripts/weightlift"
     assert script in names, "the `weightlift` command"
     for py in (ROOT / "python" / "weightlift").rglob("*.py"):
