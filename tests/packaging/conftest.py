@@ -10,7 +10,6 @@ import sys
 import time
 
 import pytest
-
 from wheels import CLI, WHEELS, Venv, interpreter_for, wheel_id
 
 
@@ -37,11 +36,12 @@ def venv(wheel, tmp_path_factory):
     for mod in ("tqdm", "filelock"):
         m = __import__(mod)
         shutil.copytree(pathlib.Path(m.__file__).parent, deps / mod)
-    site = subprocess.run([str(path / "bin" / "python"), "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
+    py = str(path / "bin" / "python")
+    site = subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))"],
                           capture_output=True, text=True, check=True).stdout.strip()
     (pathlib.Path(site) / "weightlift-test-deps.pth").write_text(str(deps) + "\n")
     t0 = time.monotonic()
-    r = subprocess.run([str(path / "bin" / "python"), "-m", "pip", "install", "--no-deps", "--no-index", "--only-binary",
+    r = subprocess.run([py, "-m", "pip", "install", "--no-deps", "--no-index", "--only-binary",
                         ":all:", "--disable-pip-version-check", "-v", str(wheel)], capture_output=True, text=True)
     seconds = time.monotonic() - t0
     assert r.returncode == 0, r.stdout + r.stderr

@@ -2,22 +2,20 @@
 it configures as pip's build would, and a machine missing system packages gets
 one message naming them (Debian's names), not a CMake trace."""
 import os
-import pathlib
 import re
 import subprocess
 import sys
 import tarfile
 
 import pytest
-
 from wheels import ROOT, VERSION
 
 
 @pytest.fixture(scope="module")
 def sdist(tmp_path_factory):
     out = tmp_path_factory.mktemp("sdist")
-    subprocess.run([sys.executable, "-c", "import sys; from scikit_build_core.build import build_sdist; build_sdist(sys.argv[1])",
-                    str(out)], cwd=ROOT, check=True, capture_output=True)
+    code = "import sys; from scikit_build_core.build import build_sdist; build_sdist(sys.argv[1])"
+    subprocess.run([sys.executable, "-c", code, str(out)], cwd=ROOT, check=True, capture_output=True)
     path = out / f"weightlift-{VERSION}.tar.gz"
     assert path.exists(), list(out.iterdir())
     return path
@@ -25,7 +23,8 @@ def sdist(tmp_path_factory):
 
 def configure(src, build, *defines, env=None):
     args = ["cmake", "-S", str(src), "-B", str(build), "-G", "Ninja", f"-DPython_EXECUTABLE={sys.executable}",
-            "-DWEIGHTLIFT_PYTHON=ON", "-DWEIGHTLIFT_BUILD_TESTS=OFF", "-DWEIGHTLIFT_BUILD_BENCH=OFF", "-DWEIGHTLIFT_CUDA=OFF",
+            "-DWEIGHTLIFT_PYTHON=ON", "-DWEIGHTLIFT_BUILD_TESTS=OFF", "-DWEIGHTLIFT_BUILD_BENCH=OFF",
+            "-DWEIGHTLIFT_CUDA=OFF",
             *defines]
     return subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, **(env or {})), timeout=600)
 

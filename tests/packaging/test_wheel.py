@@ -16,7 +16,6 @@ import zipfile
 import pytest
 from elftools.elf.dynamic import DynamicSection
 from elftools.elf.elffile import ELFFile
-
 from wheels import PYPROJECT, ROOT, WHEELS, wheel_tags
 
 pytestmark = pytest.mark.skipif(not WHEELS, reason="no wheel in dist/ (scripts/wheel builds them)")
@@ -82,7 +81,7 @@ def test_every_needed_library_is_in_the_base_set_or_inside(wheel):
             assert not RUNTIME_ONLY.match(lib), f"{f} needs {lib}, which must stay optional (dlopen at run time)"
             if lib in base:
                 continue
-            assert any(d / lib in names for d in dirs), f"{f} needs {lib}: neither in the manylinux base set nor in the wheel"
+            assert any(d / lib in names for d in dirs), f"{f} needs {lib}: not in the manylinux base set nor inside"
 
 
 def test_cuda_and_mpi_are_not_bundled(wheel):
@@ -96,7 +95,8 @@ def test_the_wheel_carries_cli_module_plugins_and_entry_points(wheel):
     with zipfile.ZipFile(wheel) as z:
         names = set(z.namelist())
         dist_info = next(n.split("/")[0] for n in names if n.split("/")[0].endswith(".dist-info"))
-        entry_points = z.read(f"{dist_info}/entry_points.txt").decode() if f"{dist_info}/entry_points.txt" in names else ""
+        ep_file = f"{dist_info}/entry_points.txt"
+        entry_points = z.read(ep_file).decode() if ep_file in names else ""
         metadata = z.read(f"{dist_info}/METADATA").decode()
     assert "weightlift/weightlift-cli" in names
     # An abi3 wheel holds a stable-ABI module (nanobind's STABLE_ABI), not one Python's.
@@ -205,9 +205,11 @@ def test_the_optional_libraries_load_from_the_package(venv):
 def test_the_command_runs_under_mpirun_with_the_systems_mpi(venv, model, tmp_path):
     if not (venv.site_package() / "libweightlift_mpi.so").exists():
         pytest.skip("this wheel was built without MPI")
-    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1", OMPI_MCA_mpi_yield_when_idle="1")
+    env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_mpi_yield_when_idle="1")
     outdir = tmp_path / "mpi"
     r = venv.run("mpirun", "--oversubscribe", "-np", "2", "--output-filename", outdir, venv.weightlift, "load",
-                 model["dir"], "--distributed", "--checksum", "--format", "jsonl", "--no-progress", env=env, timeout=300)
+                 model["dir"], "--distributed", "--checksum", "--format", "jsonl", "--no-progress",
+                 env=env, timeout=300)
     for rank in range(2):
         assert (outdir / "1" / f"rank.{rank}" / "stdout").read_text() == model["jsonl"], r.stdout + r.stderr

@@ -10,6 +10,7 @@ import pathlib
 import re
 import shutil
 import subprocess
+
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -72,5 +73,6 @@ class Venv:
         return r
 
     def site_package(self):
-        out = self.run(self.python, "-c", "import importlib.util as u; print(u.find_spec('weightlift').submodule_search_locations[0])")
+        code = "import importlib.util as u; print(u.find_spec('weightlift').submodule_search_locations[0])"
+        out = self.run(self.python, "-c", code)
         return pathlib.Path(out.stdout.strip())
