@@ -161,19 +161,37 @@ print(json.dumps({"file": weightlift.__file__, "sha256": out}))
 """
 
 # Without torch (a Python for which this machine has none: the abi3 wheel's),
-# the extension itself, by its stream of tensors as raw buffers.
+# the extension itself, by its stream of tensors: each tensor's bytes as a
+# buffer, or, from the stable-ABI module, as a DLPack capsule read with ctypes.
 CORE_CHECKSUMS = r"""
-import hashlib, importlib.util, json, sys, pathlib
-spec = importlib.util.find_spec("weightlift")
-where = pathlib.Path(spec.submodule_search_locations[0])
-path = next(where.glob("_core*.so"))
+import ctypes, hashlib, importlib.util, json, sys, pathlib
 from importlib.machinery import ExtensionFileLoader
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+get_pointer = ctypes.pythonapi.PyCapsule_GetPointer
+get_pointer.restype, get_pointer.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+
+def raw(data):
+    try:
+        return bytes(memoryview(data).cast("B"))
+    except TypeError:
+        t = DLTensor.from_address(get_pointer(data, b"dltensor"))
+        assert t.ndim == 1 and t.bits == 8 and t.device_type == 1, (t.ndim, t.bits, t.device_type)
+        return ctypes.string_at(t.data + t.byte_offset, t.shape[0]) if t.shape[0] else b""
+
+spec = importlib.util.find_spec("weightlift")
+path = next(pathlib.Path(spec.submodule_search_locations[0]).glob("_core*.so"))
 loader = ExtensionFileLoader("weightlift._core", str(path))
 core = loader.create_module(importlib.util.spec_from_file_location("weightlift._core", path, loader=loader))
 files = sorted(str(p) for p in pathlib.Path(sys.argv[1]).glob("*.safetensors"))
 out = {}
 for name, _file, _dtype, _shape, data in core.Stream(files, core.LoadOptions()):
-    out[name] = hashlib.sha256(memoryview(data).cast("B")).hexdigest()
+    out[name] = hashlib.sha256(raw(data)).hexdigest()
 print(json.dumps({"file": str(path), "sha256": out}))
 """
 
