@@ -142,16 +142,8 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
         "cache's disk ({})",
         m_.path, m_.repo_id, m_.revision, m_.size, *room, blobs));
 
-  const uint64_t n = m_.size == 0 ? 0 : (m_.size + chunk_bytes - 1) / chunk_bytes;
-  chunks_.resize(n);
-  for (uint64_t i = 0; i < n; ++i) {
-    chunks_[i].begin = i * chunk_bytes;
-    chunks_[i].end = std::min(m_.size, (i + 1) * chunk_bytes);
-  }
-  auto mark = [&](uint64_t a, uint64_t b) {  // bytes [a, b) arrived
-    for (auto& ch : chunks_)
-      if (a <= ch.begin + ch.have && b > ch.begin + ch.have) ch.have = std::min(b, ch.end) - ch.begin;
-  };
+  // What an earlier run left: the journal's ranges, or a prefix.
+  std::vector<std::pair<uint64_t, uint64_t>> arrived;
   if (!adopt.empty() && !adopt_journal.empty()) {
     auto text = read_file_to_string(adopt_journal, 16 << 20, env);
     std::istringstream in(text.ok() ? *text : std::string());
@@ -162,11 +154,29 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
     if (magic_line == kJournalMagic && (in >> etag >> size) && etag == m_.etag && size == m_.size && adopt_size == size) {
       uint64_t a = 0, b = 0;
       while (in >> a >> b)
-        if (a < b && b <= m_.size) mark(a, b);
+        if (a < b && b <= m_.size) arrived.emplace_back(a, b);
     }
-  } else if (!adopt.empty() && adopt_size <= m_.size) {
-    mark(0, adopt_size);
+  } else if (!adopt.empty() && adopt_size <= m_.size && adopt_size > 0) {
+    arrived.emplace_back(0, adopt_size);
   }
+  // Chunks of chunk_bytes, cut also where an arrived range starts or ends, so
+  // every arrived byte counts whatever chunk size the earlier run used.
+  std::vector<uint64_t> cuts;
+  for (uint64_t at = 0; at < m_.size; at += chunk_bytes) cuts.push_back(at);
+  for (const auto& [a, b] : arrived) {
+    cuts.push_back(a);
+    if (b < m_.size) cuts.push_back(b);
+  }
+  std::sort(cuts.begin(), cuts.end());
+  cuts.erase(std::unique(cuts.begin(), cuts.end()), cuts.end());
+  chunks_.resize(cuts.size());
+  for (size_t i = 0; i < cuts.size(); ++i) {
+    chunks_[i].begin = cuts[i];
+    chunks_[i].end = i + 1 < cuts.size() ? cuts[i + 1] : m_.size;
+  }
+  for (const auto& [a, b] : arrived)  // bytes [a, b) arrived: whole chunks, since a and b are cut points
+    for (size_t i = std::lower_bound(cuts.begin(), cuts.end(), a) - cuts.begin(); i < chunks_.size() && chunks_[i].end <= b; ++i)
+      chunks_[i].have = chunks_[i].end - chunks_[i].begin;
   for (auto& ch : chunks_)
     if (ch.have == ch.end - ch.begin) ++arrived_;
   hasher_ = std::make_unique<Hasher>(m_.etag, m_.size);

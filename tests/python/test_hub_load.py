@@ -158,6 +158,26 @@ def test_a_killed_load_resumes_as_a_download(server, tmp_path):
     assert not [n for n in os.listdir(blobs) if "." in n]
 
 
+def test_a_journal_of_ranges_anywhere_saves_its_bytes_whatever_the_chunk_size(server, tmp_path):
+    # What a killed load can leave: the first MiB still crawling, the rest arrived and journalled.
+    # The resuming download cuts its chunks at the journal's ranges, so only the first MiB is served.
+    cache = tmp_path / "c"
+    blobs = cache / "models--org--m" / "blobs"
+    blobs.mkdir(parents=True)
+    etag = hashlib.sha256(S1).hexdigest()
+    partial = blobs / f"{etag}.0badc0de.incomplete"
+    partial.write_bytes(bytes(1 << 20) + S1[1 << 20:])
+    (blobs / (partial.name + ".ranges")).write_text(f"weightlift-ranges 1\n{etag} {len(S1)}\n{1 << 20} {len(S1)}\n")
+    server.reset_stats()
+    r = run_cli(["download", "org/m", "--cache-dir", str(cache), "-q", "--exclude", "consolidated*"],
+                {"HF_ENDPOINT": server.endpoint})
+    assert r.returncode == 0, r.stderr
+    served = server.stats()["bytes"]
+    assert served.get("model-00001-of-00002.safetensors", 0) == 1 << 20, served
+    assert (blobs / etag).read_bytes() == S1
+    check_cache_clean(cache)
+
+
 def _python(code, env, timeout=120):
     import sys
     e = dict(os.environ)
