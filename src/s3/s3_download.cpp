@@ -14,6 +14,7 @@
 #include "weightlift/s3.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
+#include "s3/s3_names.h"
 #include "util/checked.h"
 
 namespace wl {
@@ -74,24 +75,10 @@ Status copy_file(const std::string& from, const std::string& to, const ModelDown
 
 // A name below the source: a plain relative path of safe characters.
 Status check_relative_name(const std::string& rel, const std::string& source) {
-  std::string why;
-  if (rel.empty() || rel.front() == '/') why = "it is empty or absolute";
-  for (char c : rel) {
-    if (!why.empty()) break;
-    if (c == '\\') why = "it holds a backslash";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) why = "it holds a control character";
-  }
-  for (size_t a = 0; why.empty() && a <= rel.size();) {
-    size_t b = rel.find('/', a);
-    if (b == std::string::npos) b = rel.size();
-    const std::string part = rel.substr(a, b - a);
-    if (part.empty() || part == "." || part == "..") why = "it has an empty, '.' or '..' component";
-    a = b + 1;
-  }
+  const std::string why = s3names::relative_path_problem(rel);
   if (why.empty()) return Status();
-  std::string shown;
-  for (char c : rel.substr(0, 256)) shown.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
-  return Status::Corrupt(fmt::format("refusing to write a file named '{}': {}", shown, why)).with_file(source);
+  return Status::Corrupt(fmt::format("refusing to write a file named '{}': {}", s3names::printable_name(rel), why))
+      .with_file(source);
 }
 
 // Every file below `source` (source-relative names), folder by folder.

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "http/remote_file.h"
+#include "s3/s3_names.h"
 #include "s3/s3_xml.h"
 #include "weightlift/s3.h"
 
@@ -25,25 +26,10 @@ constexpr int kMaxEmptyPages = 3;
 Status check_listed_name(std::string_view rel, const std::string& key, const std::string& path) {
   std::string_view r = rel;
   if (r.ends_with('/')) r.remove_suffix(1);
-  std::string why;
-  if (r.empty() || r.front() == '/') why = "it is empty or absolute";
-  for (char c : r) {
-    if (!why.empty()) break;
-    if (c == '\\') why = "it holds a backslash";
-    else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) why = "it holds a control character";
-  }
-  for (size_t a = 0; why.empty() && a <= r.size();) {
-    size_t b = r.find('/', a);
-    if (b == std::string_view::npos) b = r.size();
-    std::string_view part = r.substr(a, b - a);
-    if (part.empty() || part == "." || part == "..") why = "it has an empty, '.' or '..' component";
-    a = b + 1;
-  }
+  const std::string why = s3names::relative_path_problem(r);
   if (why.empty()) return Status();
-  std::string shown;
-  for (char c : key.substr(0, 256)) shown.push_back(static_cast<unsigned char>(c) < 0x20 || c == 0x7f ? '?' : c);
-  return Status::Corrupt(fmt::format("refusing listed key '{}': {} (not a plain relative path below the prefix)", shown,
-                                     why))
+  return Status::Corrupt(fmt::format("refusing listed key '{}': {} (not a plain relative path below the prefix)",
+                                     s3names::printable_name(key), why))
       .with_file(path);
 }
 
