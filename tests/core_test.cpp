@@ -60,6 +60,7 @@ TEST(DType, NamesAndSizesRoundTrip) {
   EXPECT_FALSE(dtype_from_name("F128").has_value());
   EXPECT_TRUE(dtype_in_safetensors(DType::U64));
   EXPECT_FALSE(dtype_in_safetensors(DType::C128));
+  EXPECT_TRUE(dtype_in_safetensors(DType::F8_E4M3FNUZ));  // safetensors stores the FNUZ float8 kinds
 }
 
 TEST(DType, NbytesChecksOverflowAndWholeBytes) {

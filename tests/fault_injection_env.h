@@ -56,6 +56,7 @@ struct WriteFault {
 struct FaultCounters {
   std::atomic<uint64_t> opens{0}, reads{0}, bytes_read{0}, views{0}, exists{0}, lists{0}, sizes{0}, is_dirs{0};
   std::atomic<uint64_t> creates{0}, writes{0}, bytes_written{0}, renames{0}, removes{0}, symlinks{0}, mkdirs{0};
+  std::atomic<uint64_t> syncs{0};
 };
 
 class FaultInjectionEnv : public EnvWrapper {
@@ -143,7 +144,10 @@ class FaultInjectionEnv : public EnvWrapper {
     }
     Status truncate(uint64_t size) override { return inner_->truncate(size); }
     Result<uint64_t> size() const override { return inner_->size(); }
-    Status sync() override { return inner_->sync(); }
+    Status sync() override {
+      env_->counters_.syncs++;
+      return inner_->sync();
+    }
     Status close() override { return inner_->close(); }
 
    private:

@@ -46,6 +46,29 @@ TEST(FaultWrite, SafetensorsAndNpyWritersLeaveNothingOnAFullDisk) {
   ASSERT_TRUE(write_safetensors(dir.file("out.safetensors"), ts, {}, &roomy).ok());
 }
 
+TEST(FaultWrite, SafetensorsWriterGathersSmallTensorsAndSyncsOnlyWhenAsked) {
+  TempDir dir;
+  std::vector<Tensor> owned;
+  std::vector<NamedTensor> ts;
+  for (int i = 0; i < 3000; ++i) {
+    owned.push_back(make_f32({16 + i % 7}, i));
+    ts.push_back({"small." + std::to_string(i), owned.back().view()});
+  }
+  owned.push_back(make_f32({600 * 1024}, 9));  // 2.4 MB: written from its own memory
+  ts.push_back({"large", owned.back().view()});
+  auto expect = serialize_safetensors(ts);
+  ASSERT_TRUE(expect.ok());
+  for (bool sync : {true, false}) {
+    testing::FaultInjectionEnv env;
+    ASSERT_TRUE(write_safetensors(dir.file("m.safetensors"), ts, {}, &env, sync).ok());
+    EXPECT_EQ(testing::read_bytes(dir.file("m.safetensors")), *expect) << sync;
+    EXPECT_LE(env.counters().writes.load(), 4u) << "3000 small tensors in a handful of writes";
+    EXPECT_EQ(env.counters().syncs.load(), sync ? 1u : 0u);
+    EXPECT_EQ(env.counters().renames.load(), 1u);
+  }
+  EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"m.safetensors"});
+}
+
 TEST(FaultWrite, ConversionAndNumpyCacheFailCleanly) {
   TempDir dir;
   const std::string bin = std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/state_dict.bin";

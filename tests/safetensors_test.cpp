@@ -300,6 +300,25 @@ TEST(SafetensorsWriter, OrderAndFormatMatchHuggingFace) {
   EXPECT_EQ(L->total_size, L->prefix.size() + 15);
 }
 
+TEST(SafetensorsWriter, Float8FnuzKindsAreStoredAndSortedAsSafetensorsDoes) {
+  // safetensors' Dtype order: ... F8_E8M0 < F8_E4M3FNUZ < F8_E5M2FNUZ < I16 ...
+  TempDir dir;
+  auto e8 = Tensor::empty(DType::F8_E8M0, {1});
+  auto e4 = Tensor::empty(DType::F8_E4M3FNUZ, {2});
+  auto e5 = Tensor::empty(DType::F8_E5M2FNUZ, {3});
+  auto i16 = Tensor::empty(DType::I16, {1});
+  std::vector<NamedTensor> nt = {{"a", e8->view()}, {"b", e4->view()}, {"c", e5->view()}, {"d", i16->view()}};
+  auto L = plan_safetensors(nt);
+  ASSERT_TRUE(L.ok()) << L.status().to_string();
+  EXPECT_EQ(L->order, (std::vector<size_t>{3, 2, 1, 0}));
+  std::string path = dir.file("fnuz.safetensors");
+  ASSERT_TRUE(write_safetensors(path, nt).ok());
+  auto f = SafetensorsFile::open(path);
+  ASSERT_TRUE(f.ok()) << f.status().to_string();
+  EXPECT_EQ((*f)->find("b")->dtype, DType::F8_E4M3FNUZ);
+  EXPECT_EQ((*f)->find("c")->dtype, DType::F8_E5M2FNUZ);
+}
+
 TEST(SafetensorsWriter, RejectsBadInputAndLeavesNoFile) {
   TempDir dir;
   auto a = Tensor::empty(DType::F32, {2});

@@ -35,6 +35,7 @@ enum class DType : uint8_t {
   // Not storable in safetensors:
   C128,         // complex128
   C32,          // complex32 (torch.chalf)
+  // Storable in safetensors like the first block (listed here to keep the numbering).
   F8_E4M3FNUZ,
   F8_E5M2FNUZ,
   kCount,
@@ -51,7 +52,7 @@ std::string_view dtype_name(DType t);
 // Parses a safetensors dtype name; nullopt when unknown. Case-sensitive, as safetensors is.
 std::optional<DType> dtype_from_name(std::string_view name);
 bool dtype_is_float(DType t);           // floating kinds, float8 and sub-byte floats included
-bool dtype_in_safetensors(DType t);     // false for the second block
+bool dtype_in_safetensors(DType t);     // false for C128 and C32
 
 // Byte size of `numel` elements; nullopt when the bit count overflows or is not whole bytes.
 std::optional<uint64_t> dtype_nbytes(DType t, uint64_t numel);

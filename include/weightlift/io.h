@@ -249,7 +249,11 @@ class AtomicFile {
   Status write_at(uint64_t offset, std::span<const std::byte> data);
   // Sets the size up front so write_at() can fill it in parallel.
   Status resize(uint64_t size);
-  Status commit();
+  // Renames the temporary into place. sync (the default) fsyncs the file
+  // first and the directory after: the new contents survive a crash. Without
+  // it the rename is still atomic for readers, but a crash may leave the old
+  // file or an empty one (what safetensors' own save_file guarantees).
+  Status commit(bool sync = true);
   const std::string& temp_path() const { return temp_path_; }
   const std::string& final_path() const { return final_path_; }
 

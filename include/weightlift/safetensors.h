@@ -108,7 +108,8 @@ struct NamedTensor {
 
 // The header bytes (length prefix included) that Hugging Face's writer emits
 // for these tensors, and the order in which their data follows. Tensors are
-// ordered by dtype alignment (descending), then by name; the JSON is compact,
+// ordered by dtype (descending, in the order of safetensors' Dtype enum:
+// larger alignment first), then by name; the JSON is compact,
 // "__metadata__" comes first, and the header is padded with spaces to 8 bytes.
 struct SafetensorsLayout {
   std::string prefix;          // 8-byte length + header
@@ -121,8 +122,11 @@ Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
 
 // Writes a file atomically (temporary + rename). Names must be unique; dtypes
 // must be storable in safetensors; each view's size must match its shape.
+// sync: fsync before the rename (AtomicFile::commit); false is safetensors'
+// own save_file behaviour (atomic for readers, not durable across a crash).
 Status write_safetensors(const std::string& path, std::span<const NamedTensor> tensors,
-                         const std::map<std::string, std::string>& metadata = {}, Env* env = Env::Default());
+                         const std::map<std::string, std::string>& metadata = {}, Env* env = Env::Default(),
+                         bool sync = true);
 // The same bytes, in memory.
 Result<std::string> serialize_safetensors(std::span<const NamedTensor> tensors,
                                           const std::map<std::string, std::string>& metadata = {});

@@ -31,7 +31,9 @@ int dtype_bits(DType t) { return info(t).bits; }
 int dtype_size(DType t) { return info(t).bits % 8 == 0 ? info(t).bits / 8 : 0; }
 std::string_view dtype_name(DType t) { return info(t).name; }
 bool dtype_is_float(DType t) { return info(t).is_float; }
-bool dtype_in_safetensors(DType t) { return static_cast<int>(t) <= static_cast<int>(DType::U64); }
+bool dtype_in_safetensors(DType t) {
+  return static_cast<int>(t) <= static_cast<int>(DType::U64) || t == DType::F8_E4M3FNUZ || t == DType::F8_E5M2FNUZ;
+}
 
 std::optional<DType> dtype_from_name(std::string_view name) {
   for (size_t i = 0; i < kInfo.size(); ++i)

@@ -75,16 +75,18 @@ Status AtomicFile::resize(uint64_t size) {
   return s;
 }
 
-Status AtomicFile::commit() {
+Status AtomicFile::commit(bool sync) {
   if (!file_) return Status::Internal("commit twice").with_file(final_path_);
   auto fail = [&](const Status& s) { return Status(s.code(), s.message()).with_file(final_path_); };
-  if (Status s = file_->sync(); !s.ok()) return fail(s);
+  if (sync) {
+    if (Status s = file_->sync(); !s.ok()) return fail(s);
+  }
   if (Status s = file_->close(); !s.ok()) return fail(s);
   file_.reset();
   if (Status s = env_->rename(temp_path_, final_path_); !s.ok())
     return Status(s.code(), "cannot rename temporary file into place: " + s.message()).with_file(final_path_);
   committed_ = true;
-  (void)env_->sync_dir(parent_dir(final_path_));
+  if (sync) (void)env_->sync_dir(parent_dir(final_path_));
   return Status();
 }
 

@@ -15,6 +15,21 @@ namespace {
 std::string json_string(const std::string& s) {
   return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::strict);
 }
+
+// A dtype's place in safetensors' Dtype enum, whose order its writer sorts by
+// (ours differs only in where the FNUZ float8 kinds sit).
+int safetensors_rank(DType t) {
+  switch (t) {
+    case DType::F8_E4M3FNUZ: return static_cast<int>(DType::F8_E8M0) * 4 + 1;
+    case DType::F8_E5M2FNUZ: return static_cast<int>(DType::F8_E8M0) * 4 + 2;
+    default: return static_cast<int>(t) * 4;
+  }
+}
+
+// Tensors smaller than this are gathered into one buffer and written
+// together (one write for thousands of small tensors); larger ones go
+// straight from their memory.
+constexpr size_t kGatherBytes = 1 << 20;
 }  // namespace
 
 Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
@@ -46,7 +61,7 @@ Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
   for (size_t i = 0; i < tensors.size(); ++i) L.order[i] = i;
   // safetensors' order: larger alignment (later Dtype) first, then by name.
   std::stable_sort(L.order.begin(), L.order.end(), [&](size_t a, size_t b) {
-    auto da = static_cast<int>(tensors[a].view.dtype()), db = static_cast<int>(tensors[b].view.dtype());
+    int da = safetensors_rank(tensors[a].view.dtype()), db = safetensors_rank(tensors[b].view.dtype());
     if (da != db) return da > db;
     return tensors[a].name < tensors[b].name;
   });
@@ -87,12 +102,27 @@ Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
 }
 
 Status write_safetensors(const std::string& path, std::span<const NamedTensor> tensors,
-                         const std::map<std::string, std::string>& metadata, Env* env) {
+                         const std::map<std::string, std::string>& metadata, Env* env, bool sync) {
   WL_ASSIGN_OR_RETURN(SafetensorsLayout L, plan_safetensors(tensors, metadata));
   WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(path, 0644, env));
-  WL_RETURN_IF_ERROR(out.append(L.prefix));
-  for (size_t idx : L.order) WL_RETURN_IF_ERROR(out.append(tensors[idx].view.bytes()));
-  return out.commit();
+  std::string gather = std::move(L.prefix);
+  auto flush = [&]() -> Status {
+    Status s = out.append(gather);
+    gather.clear();
+    return s;
+  };
+  for (size_t idx : L.order) {
+    auto b = tensors[idx].view.bytes();
+    if (b.size() < kGatherBytes) {
+      gather.append(reinterpret_cast<const char*>(b.data()), b.size());
+      if (gather.size() >= kGatherBytes) WL_RETURN_IF_ERROR(flush());
+      continue;
+    }
+    if (!gather.empty()) WL_RETURN_IF_ERROR(flush());
+    WL_RETURN_IF_ERROR(out.append(b));
+  }
+  if (!gather.empty()) WL_RETURN_IF_ERROR(flush());
+  return out.commit(sync);
 }
 
 Result<std::string> serialize_safetensors(std::span<const NamedTensor> tensors,
