@@ -84,6 +84,7 @@ inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const
 }
 
 // ---- each component's bindings ----------------------------------------------
+void bind_safetensors(nb::module_& m);  // bind_safetensors.cpp: the reader, writer and SafetensorError
 void bind_hub(nb::module_& m);  // bind_hub.cpp: the Hugging Face Hub, ModelScope, load while downloading
 void bind_dist(nb::module_& m);  // bind_dist.cpp: Collectives for distributed loading (torch.distributed, NCCL)
 // The wl::Collective behind a weightlift._core.Collective object (engine option "collective").

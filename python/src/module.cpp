@@ -49,74 +49,6 @@ nb::tuple tensor_tuple(const wl::TensorView& v) {
                         bytes_array(v.bytes(), v.owner()));
 }
 
-// Files are mapped copy-on-write (Env kMmapPrivate), as safetensors' own
-// torch path maps them: tensors are zero-copy and writable; a write copies the
-// touched page for this process and never reaches the file.
-
-// ---- SafetensorsFile ----------------------------------------------------------
-
-class PySafetensorsFile {
- public:
-  PySafetensorsFile(const std::string& path, const std::string& strategy) : strategy_(strategy) {
-    nb::gil_scoped_release nogil;
-    if (strategy == "eager") {
-      file_ = unwrap(wl::SafetensorsFile::open(path, wl::LoadMode::kEager));
-      return;
-    }
-    if (strategy != "lazy")
-      raise(wl::Status::InvalidArgument("unknown strategy '" + strategy + "' (expected lazy or eager)").with_file(path));
-    auto raw = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kMmapPrivate}));
-    file_ = unwrap(wl::SafetensorsFile::open(raw, wl::LoadMode::kLazy));
-  }
-
-  const std::string& path() const { return file_->path(); }
-  std::vector<std::string> names() const { return file_->names(); }
-  std::map<std::string, std::string> metadata() const { return file_->metadata(); }
-  uint64_t file_size() const { return file_->file_size(); }
-  uint64_t data_start() const { return file_->header().data_start; }
-
-  // [(name, dtype, shape, offset, nbytes)] in file (offset) order.
-  std::vector<std::tuple<std::string, std::string, wl::Shape, uint64_t, uint64_t>> tensors() const {
-    std::vector<std::tuple<std::string, std::string, wl::Shape, uint64_t, uint64_t>> out;
-    out.reserve(file_->tensors().size());
-    for (auto& t : file_->tensors())
-      out.emplace_back(t.name, std::string(wl::dtype_name(t.dtype)), t.shape, t.offset, t.nbytes);
-    return out;
-  }
-
-  std::optional<std::tuple<std::string, wl::Shape>> info(const std::string& name) const {
-    const wl::TensorInfo* t = file_->find(name);
-    if (!t) return std::nullopt;
-    return std::make_tuple(std::string(wl::dtype_name(t->dtype)), t->shape);
-  }
-
-  // (dtype, shape, bytes): zero-copy.
-  nb::tuple get(const std::string& name) const {
-    const wl::TensorInfo* t = file_->find(name);
-    if (!t) raise(wl::Status::NotFound("no tensor named '" + name + "'").with_file(path()));
-    wl::TensorView v;
-    {
-      nb::gil_scoped_release nogil;
-      v = unwrap(file_->get(name));
-    }
-    return tensor_tuple(v);
-  }
-
-  // [begin, end) along `dim`, an owned copy reading only those bytes.
-  nb::tuple read_slice(const std::string& name, int dim, int64_t begin, int64_t end) const {
-    wl::Tensor t;
-    {
-      nb::gil_scoped_release nogil;
-      t = unwrap(file_->read_slice(name, dim, begin, end));
-    }
-    return tensor_tuple(t.view());
-  }
-
- private:
-  std::string strategy_;
-  std::shared_ptr<wl::SafetensorsFile> file_;
-};
-
 // ---- any checkpoint (CheckpointReader) ------------------------------------------
 
 class PyCheckpoint {
@@ -180,18 +112,6 @@ NB_MODULE(_core, m) {
       PyErr_SetString(exception_type(e.status.code()), e.what());
     }
   });
-
-  nb::class_<PySafetensorsFile>(m, "SafetensorsFile")
-      .def(nb::init<const std::string&, const std::string&>(), "path"_a, "strategy"_a = "lazy")
-      .def_prop_ro("path", &PySafetensorsFile::path)
-      .def_prop_ro("file_size", &PySafetensorsFile::file_size)
-      .def_prop_ro("data_start", &PySafetensorsFile::data_start)
-      .def("names", &PySafetensorsFile::names)
-      .def("metadata", &PySafetensorsFile::metadata)
-      .def("tensors", &PySafetensorsFile::tensors)
-      .def("info", &PySafetensorsFile::info, "name"_a)
-      .def("get", &PySafetensorsFile::get, "name"_a)
-      .def("read_slice", &PySafetensorsFile::read_slice, "name"_a, "dim"_a, "begin"_a, "end"_a);
 
   nb::class_<PyCheckpoint>(m, "Checkpoint")
       .def(nb::init<const std::string&>(), "path"_a)
@@ -277,6 +197,7 @@ NB_MODULE(_core, m) {
       "path"_a, "tensors"_a, "metadata"_a = std::map<std::string, std::string>{});
 
   // Each component's bindings (python/src/bind_<component>.cpp), declared in bindings.h.
+  bind_safetensors(m);
   bind_hub(m);
   bind_gpu(m);
   bind_dist(m);

@@ -11,7 +11,8 @@ format), PermissionError, OSError (I/O), NotImplementedError (a format this
 build cannot read), each carrying the engine's message naming the file and tensor.
 """
 from ._core import CancelledError, CorruptDataError  # noqa: F401
-from ._st import SafeSlice, load_file, safe_open, save_file  # noqa: F401
+from ._st import SafeSlice, safe_open  # noqa: F401
+from .safetensors.torch import load_file, save_file  # noqa: F401
 from .ep_weight_filter import compute_local_expert_ids, parse_expert_id, should_skip_weight  # noqa: F401
 from .weight_utils import (  # noqa: F401
     atomic_writer,
