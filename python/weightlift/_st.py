@@ -336,6 +336,9 @@ class safe_open:  # noqa: N801 - the safetensors name
     def _to_cuda(self, f, name: str):
         """Straight into device memory through the pinned staging ring (never through the mapping)."""
         if self._offsets is None:
+            from . import _gpu
+
+            self._device = _gpu._device_name(self._device, "safe_open(device=...)")  # CUDA there, or why not
             self._offsets = {n: (dtype, shape, offset) for n, dtype, shape, offset, _ in f.tensors()}
         info = self._offsets.get(name)
         if info is None:
