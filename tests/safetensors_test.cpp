@@ -283,6 +283,57 @@ TEST(SafetensorsRoundTrip, ReadRowsReadsOnlyThatRange) {
   }
 }
 
+// Headers as writers write them take a fast path (compact JSON, no escapes,
+// no other keys); anything else the general parser reads. Inserting a space
+// after the first '{' keeps a header's meaning but sends it down the general
+// path: on random mutations of real headers both must accept the same
+// headers with the same contents, and refuse the same ones.
+TEST(SafetensorsHeaderFastPath, AgreesWithTheGeneralParserOnMutations) {
+  std::mt19937_64 rng(11);
+  const std::string alphabet = "{}[]:,\"\\ 0123456789-.eE_aFIU8";
+  int accepted = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    auto owned = random_tensors(rng, 1 + static_cast<int>(rng() % 5));
+    std::vector<NamedTensor> nt;
+    for (auto& o : owned) nt.push_back({o.name, o.t.view()});
+    std::map<std::string, std::string> meta;
+    if (iter % 3 == 0) meta = {{"format", "pt"}, {"k", "v"}};
+    auto L = plan_safetensors(nt, meta);
+    ASSERT_TRUE(L.ok());
+    std::string header = L->prefix.substr(8);
+    const uint64_t data = L->total_size - L->prefix.size();
+    for (int m = 0; m < 1 + static_cast<int>(rng() % 3) && iter % 10; ++m) {  // every 10th stays intact
+      size_t at = 1 + rng() % (header.size() - 1);
+      switch (rng() % 3) {
+        case 0: header[at] = alphabet[rng() % alphabet.size()]; break;
+        case 1: header.insert(at, 1, alphabet[rng() % alphabet.size()]); break;
+        default: header.erase(at, 1);
+      }
+    }
+    if (header.empty() || header[0] != '{') continue;
+    auto fast = parse_safetensors_header(header, 8 + header.size() + data);
+    std::string spaced = "{ " + header.substr(1);
+    auto general = parse_safetensors_header(spaced, 8 + spaced.size() + data);
+    ASSERT_EQ(fast.ok(), general.ok()) << header << "\n" << (fast.ok() ? general : fast).status().to_string();
+    if (!fast.ok()) {
+      EXPECT_EQ(fast.status().code(), general.status().code()) << header;
+      continue;
+    }
+    ++accepted;
+    EXPECT_EQ(fast->metadata, general->metadata) << header;
+    ASSERT_EQ(fast->tensors.size(), general->tensors.size()) << header;
+    for (size_t i = 0; i < fast->tensors.size(); ++i) {
+      const auto &a = fast->tensors[i], &b = general->tensors[i];
+      EXPECT_EQ(a.name, b.name);
+      EXPECT_EQ(a.dtype, b.dtype);
+      EXPECT_EQ(a.shape, b.shape);
+      EXPECT_EQ(a.nbytes, b.nbytes);
+      EXPECT_EQ(a.offset - fast->data_start, b.offset - general->data_start);
+    }
+  }
+  EXPECT_GT(accepted, 300);  // the intact headers, and mutations that stay valid
+}
+
 TEST(SafetensorsWriter, OrderAndFormatMatchHuggingFace) {
   // Larger alignment first, then by name; compact JSON; space padding.
   auto a = Tensor::empty(DType::U8, {3});

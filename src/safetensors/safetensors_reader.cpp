@@ -29,6 +29,194 @@ uint64_t load_le64(const std::byte* p) {
   return v;
 }
 
+// One header entry as read, before its rules are checked (by either parser).
+struct EntryList {
+  bool present = false, is_array = false, all_unsigned = true;
+  std::vector<uint64_t> values;   // while every element is an unsigned integer
+  std::vector<std::string> text;  // after one is not: every element as JSON, for the error message
+  void not_unsigned() {
+    if (!all_unsigned) return;
+    all_unsigned = false;
+    for (uint64_t v : values) text.push_back(std::to_string(v));
+  }
+  void clear() {  // keeps the capacity: no allocation per entry
+    present = is_array = false;
+    all_unsigned = true;
+    values.clear();
+    text.clear();
+  }
+};
+struct Entry {
+  std::string dtype;
+  bool dtype_ok = false;  // present and a string
+  EntryList shape, offsets;
+  void clear() {
+    dtype_ok = false;
+    shape.clear();
+    offsets.clear();
+  }
+};
+
+// Checks one entry's rules and appends its tensor (offset relative to the data area).
+Status add_entry(SafetensorsHeader& h, std::string_view file, const std::string& name, const Entry& entry) {
+  if (!entry.dtype_ok) return corrupt_tensor(file, name, "missing or non-string dtype");
+  auto parsed = dtype_from_name(entry.dtype);
+  if (!parsed || !dtype_in_safetensors(*parsed))
+    return corrupt_tensor(file, name, fmt::format("unknown dtype '{}'", entry.dtype));
+  TensorInfo t;
+  t.dtype = *parsed;
+  const EntryList& sh = entry.shape;
+  if (!sh.present || !sh.is_array) return corrupt_tensor(file, name, "missing or non-array shape");
+  bool too_big = false;
+  for (uint64_t d : sh.values) too_big |= d > static_cast<uint64_t>(INT64_MAX);
+  if (!sh.all_unsigned || too_big) {
+    std::string dims =
+        sh.all_unsigned ? fmt::format("{}", fmt::join(sh.values, ",")) : fmt::format("{}", fmt::join(sh.text, ","));
+    return corrupt_tensor(file, name, fmt::format("shape [{}] is not a list of non-negative integers", dims));
+  }
+  t.shape.assign(sh.values.begin(), sh.values.end());
+  const EntryList& off = entry.offsets;
+  if (!off.is_array || !off.all_unsigned || off.values.size() != 2)
+    return corrupt_tensor(file, name, "data_offsets must be two non-negative integers");
+  uint64_t b = off.values[0], e = off.values[1];
+  if (e < b) return corrupt_tensor(file, name, fmt::format("data_offsets [{}, {}] end before they begin", b, e));
+  uint64_t numel = 0;
+  if (!checked_numel(t.shape, &numel))
+    return corrupt_tensor(file, name, fmt::format("shape {} overflows the element count", shape_to_string(t.shape)));
+  auto nbytes = dtype_nbytes(t.dtype, numel);
+  if (!nbytes)
+    return corrupt_tensor(file, name,
+                          fmt::format("shape {} of {} is not a whole number of bytes (or overflows)",
+                                      shape_to_string(t.shape), dtype_name(t.dtype)));
+  if (e - b != *nbytes)
+    return corrupt_tensor(file, name,
+                          fmt::format("data_offsets [{}, {}] span {} bytes but shape {} of {} needs {}", b, e, e - b,
+                                      shape_to_string(t.shape), dtype_name(t.dtype), *nbytes));
+  t.name = name;
+  t.offset = b;  // relative for now
+  t.nbytes = *nbytes;
+  h.tensors.push_back(std::move(t));
+  return Status();
+}
+
+// The fast path: headers as safetensors (and weightlift) write them, compact
+// JSON with no whitespace, no escapes, entries holding only dtype, shape and
+// data_offsets. Returns false, having changed nothing the caller keeps, for
+// anything else (whitespace, an escape, another key, a syntax error, a bad
+// entry): the general parser then reads the header and words any error.
+// What it accepts is valid JSON read as the general parser reads it.
+class CanonicalHeader {
+ public:
+  CanonicalHeader(std::string_view body, SafetensorsHeader& h) : p_(body.data()), end_(body.data() + body.size()), h_(h) {}
+
+  bool parse() {
+    if (!eat('{')) return false;
+    if (eat('}')) return p_ == end_;
+    std::string name;
+    Entry entry;
+    for (;;) {
+      if (!string(&name) || !eat(':')) return false;
+      if (name == "__metadata__") {
+        if (!metadata()) return false;
+      } else {
+        if (!fields(&entry)) return false;
+        if (!add_entry(h_, {}, name, entry).ok()) return false;
+      }
+      if (eat('}')) return p_ == end_;
+      if (!eat(',')) return false;
+    }
+  }
+  int metadata_keys = 0;
+
+ private:
+  bool eat(char c) {
+    if (p_ == end_ || *p_ != c) return false;
+    ++p_;
+    return true;
+  }
+  // A string without escapes; raw UTF-8 was validated for the whole header.
+  bool string(std::string* out) {
+    if (!eat('"')) return false;
+    const char* s = p_;
+    while (p_ != end_ && *p_ != '"') {
+      if (*p_ == '\\' || static_cast<unsigned char>(*p_) < 0x20) return false;
+      ++p_;
+    }
+    if (p_ == end_) return false;
+    out->assign(s, p_ - s);
+    ++p_;
+    return true;
+  }
+  // 0 or [1-9][0-9]*, fitting in 64 bits.
+  bool number(uint64_t* out) {
+    if (p_ == end_ || *p_ < '0' || *p_ > '9') return false;
+    if (*p_ == '0') {
+      ++p_;
+      *out = 0;
+      return p_ == end_ || *p_ < '0' || *p_ > '9';
+    }
+    uint64_t v = 0;
+    while (p_ != end_ && *p_ >= '0' && *p_ <= '9') {
+      const uint64_t d = static_cast<uint64_t>(*p_ - '0');
+      if (v > (UINT64_MAX - d) / 10) return false;
+      v = v * 10 + d;
+      ++p_;
+    }
+    *out = v;
+    return true;
+  }
+  bool numbers(EntryList* list) {
+    if (list->present || !eat('[')) return false;  // a repeated key: the general parser decides
+    list->present = list->is_array = true;
+    if (eat(']')) return true;
+    for (;;) {
+      uint64_t v;
+      if (!number(&v)) return false;
+      list->values.push_back(v);
+      if (eat(']')) return true;
+      if (!eat(',')) return false;
+    }
+  }
+  bool fields(Entry* e) {
+    e->clear();
+    bool dtype_seen = false;
+    if (!eat('{')) return false;
+    if (eat('}')) return true;
+    std::string key;
+    for (;;) {
+      if (!string(&key) || !eat(':')) return false;
+      if (key == "dtype" && !dtype_seen) {
+        if (!string(&e->dtype)) return false;
+        e->dtype_ok = dtype_seen = true;
+      } else if (key == "shape") {
+        if (!numbers(&e->shape)) return false;
+      } else if (key == "data_offsets") {
+        if (!numbers(&e->offsets)) return false;
+      } else {
+        return false;
+      }
+      if (eat('}')) return true;
+      if (!eat(',')) return false;
+    }
+  }
+  bool metadata() {
+    ++metadata_keys;
+    if (!eat('{')) return false;
+    if (eat('}')) return true;
+    std::string k, v;
+    for (;;) {
+      if (!string(&k) || !eat(':') || !string(&v)) return false;
+      h_.metadata.insert_or_assign(k, v);
+      if (eat('}')) return true;
+      if (!eat(',')) return false;
+    }
+  }
+
+  const char* p_;
+  const char* end_;
+  SafetensorsHeader& h_;
+};
+
 // The header in one SAX pass, straight into TensorInfo (no DOM: a header of
 // 12,000 tensors parses in a third of the DOM's time). A JSON syntax error is
 // reported first (the parse runs to the end), then the first bad entry in
@@ -153,35 +341,10 @@ class HeaderParser final : public nlohmann::json_sax<json> {
  private:
   static constexpr std::string_view kMeta = "__metadata__";
   enum class Field { kOther, kDtype, kShape, kOffsets };
-  struct List {
-    bool present = false, is_array = false, all_unsigned = true;
-    std::vector<uint64_t> values;   // while every element is an unsigned integer
-    std::vector<std::string> text;  // after one is not: every element as JSON, for the error message
-    void not_unsigned() {
-      if (!all_unsigned) return;
-      all_unsigned = false;
-      for (uint64_t v : values) text.push_back(std::to_string(v));
-    }
-    void clear() {  // keeps the capacity: no allocation per entry
-      present = is_array = false;
-      all_unsigned = true;
-      values.clear();
-      text.clear();
-    }
-  };
-  struct Entry {
-    std::string dtype;
-    bool dtype_ok = false;  // present and a string
-    List shape, offsets;
-    void clear() {
-      dtype_ok = false;
-      shape.clear();
-      offsets.clear();
-    }
-  };
+  using List = EntryList;
 
   void fail(Status s) {
-    if (bad_entry.ok()) bad_entry = std::move(s);
+    if (bad_entry.ok() && !s.ok()) bad_entry = std::move(s);
   }
   // A scalar value (or the text of an array element that is not an unsigned integer).
   bool scalar(const std::string& text) {
@@ -230,48 +393,7 @@ class HeaderParser final : public nlohmann::json_sax<json> {
     }
   }
   void finish_entry() {
-    if (!bad_entry.ok()) return;
-    const std::string& name = name_;
-    if (!entry_.dtype_ok) return fail(corrupt_tensor(file_, name, "missing or non-string dtype"));
-    auto parsed = dtype_from_name(entry_.dtype);
-    if (!parsed || !dtype_in_safetensors(*parsed))
-      return fail(corrupt_tensor(file_, name, fmt::format("unknown dtype '{}'", entry_.dtype)));
-    TensorInfo t;
-    t.dtype = *parsed;
-    const List& sh = entry_.shape;
-    if (!sh.present || !sh.is_array) return fail(corrupt_tensor(file_, name, "missing or non-array shape"));
-    for (uint64_t d : sh.values)
-      if (d > static_cast<uint64_t>(INT64_MAX)) return fail(bad_shape(name));
-    if (!sh.all_unsigned) return fail(bad_shape(name));
-    t.shape.assign(sh.values.begin(), sh.values.end());
-    const List& off = entry_.offsets;
-    if (!off.is_array || !off.all_unsigned || off.values.size() != 2)
-      return fail(corrupt_tensor(file_, name, "data_offsets must be two non-negative integers"));
-    uint64_t b = off.values[0], e = off.values[1];
-    if (e < b) return fail(corrupt_tensor(file_, name, fmt::format("data_offsets [{}, {}] end before they begin", b, e)));
-    uint64_t numel = 0;
-    if (!checked_numel(t.shape, &numel))
-      return fail(
-          corrupt_tensor(file_, name, fmt::format("shape {} overflows the element count", shape_to_string(t.shape))));
-    auto nbytes = dtype_nbytes(t.dtype, numel);
-    if (!nbytes)
-      return fail(corrupt_tensor(file_, name,
-                                 fmt::format("shape {} of {} is not a whole number of bytes (or overflows)",
-                                             shape_to_string(t.shape), dtype_name(t.dtype))));
-    if (e - b != *nbytes)
-      return fail(corrupt_tensor(file_, name,
-                                 fmt::format("data_offsets [{}, {}] span {} bytes but shape {} of {} needs {}", b, e,
-                                             e - b, shape_to_string(t.shape), dtype_name(t.dtype), *nbytes)));
-    t.name = name;
-    t.offset = b;  // relative for now
-    t.nbytes = *nbytes;
-    h_.tensors.push_back(std::move(t));
-  }
-  Status bad_shape(const std::string& name) const {
-    const List& sh = entry_.shape;
-    std::string dims =
-        sh.all_unsigned ? fmt::format("{}", fmt::join(sh.values, ",")) : fmt::format("{}", fmt::join(sh.text, ","));
-    return corrupt_tensor(file_, name, fmt::format("shape [{}] is not a list of non-negative integers", dims));
+    if (bad_entry.ok()) fail(add_entry(h_, file_, name_, entry_));
   }
 
   SafetensorsHeader& h_;
@@ -300,11 +422,20 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64
   size_t end = text.find_last_not_of(' ');
   std::string_view body = text.substr(0, end + 1);
 
-  HeaderParser parser(h, file);
-  if (!json::sax_parse(body, &parser) || !parser.syntax_error.empty())
-    return corrupt(file, fmt::format("header is not valid JSON: {}", parser.syntax_error));
-  if (!parser.bad_entry.ok()) return parser.bad_entry;
-  if (parser.metadata_keys > 1) return corrupt_tensor(file, "__metadata__", "duplicate tensor name in header");
+  CanonicalHeader fast(body, h);
+  int metadata_keys = 0;
+  if (fast.parse()) {
+    metadata_keys = fast.metadata_keys;
+  } else {
+    h.tensors.clear();
+    h.metadata.clear();
+    HeaderParser parser(h, file);
+    if (!json::sax_parse(body, &parser) || !parser.syntax_error.empty())
+      return corrupt(file, fmt::format("header is not valid JSON: {}", parser.syntax_error));
+    if (!parser.bad_entry.ok()) return parser.bad_entry;
+    metadata_keys = parser.metadata_keys;
+  }
+  if (metadata_keys > 1) return corrupt_tensor(file, "__metadata__", "duplicate tensor name in header");
   {
     std::unordered_set<std::string_view> names;
     names.reserve(h.tensors.size());
