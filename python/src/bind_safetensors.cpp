@@ -87,11 +87,16 @@ std::optional<nb::dlpack::dtype> direct_dtype(wl::DType t, Framework fw) {
   }
 }
 
-nb::object export_view(const std::string& name, const wl::TensorView& v, Framework fw) {
+// `owner` keeps the bytes alive (the view's own owner, or one that also holds
+// a background page-cache fill).
+nb::object export_view(const std::string& name, const wl::TensorView& v, Framework fw,
+                       std::shared_ptr<const void> owner_ptr) {
   auto dt = direct_dtype(v.dtype(), fw);
-  if (!dt) return nb::make_tuple(std::string(wl::dtype_name(v.dtype())), nb::cast(v.shape()), bytes_array(v.bytes(), v.owner()));
+  if (!dt)
+    return nb::make_tuple(std::string(wl::dtype_name(v.dtype())), nb::cast(v.shape()),
+                          bytes_array(v.bytes(), std::move(owner_ptr)));
   static uint8_t empty_byte = 0;
-  auto* keep = new std::shared_ptr<const void>(v.owner());
+  auto* keep = new std::shared_ptr<const void>(std::move(owner_ptr));
   nb::capsule owner(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
   size_t shape[32];
   const size_t ndim = v.shape().size();
@@ -112,7 +117,8 @@ nb::object export_view(const std::string& name, const wl::TensorView& v, Framewo
 // (safetensors 0.8's backend="pread").
 class PySafetensorsFile {
  public:
-  PySafetensorsFile(const std::string& path, const std::string& strategy) : mapped_(strategy != "pread") {
+  PySafetensorsFile(const std::string& path, const std::string& strategy)
+      : mapped_(strategy != "pread"), lazy_(strategy == "lazy") {
     nb::gil_scoped_release nogil;
     if (strategy == "eager") {
       file_ = unwrap(wl::SafetensorsFile::open(path, wl::LoadMode::kEager));
@@ -129,6 +135,7 @@ class PySafetensorsFile {
     }
     auto raw = unwrap(wl::Env::Default()->open(path, {.mode = mode}));
     file_ = unwrap(wl::SafetensorsFile::open(raw, wl::LoadMode::kLazy));
+    if (lazy_) cached_ = file_->file()->mostly_cached();
   }
 
   const std::string& path() const { return file_->path(); }
@@ -176,17 +183,36 @@ class PySafetensorsFile {
   // The tensor as a torch tensor (framework "pt") or numpy array ("np") of
   // its dtype and shape, or (dtype, shape, bytes) for a dtype that needs
   // _tensors.py; None when the file holds no such tensor.
-  nb::object typed(const std::string& name, const std::string& framework) const {
+  //
+  // Cold files (lazy): the tensor's bytes are asked of the kernel in large
+  // reads right away (one fault at a time is slow), and when tensors are
+  // asked in file order, the next ones too, so the disk works while the
+  // caller uses this one.
+  nb::object typed(const std::string& name, const std::string& framework) {
     const wl::TensorInfo* t = file_->find(name);
     if (!t) return nb::none();
-    return export_view(name, view_of(*t), framework_of(framework));
+    if (lazy_ && !cached_) read_ahead(*t);
+    wl::TensorView v = view_of(*t);
+    return export_view(name, v, framework_of(framework), v.owner());
   }
 
-  // [(name, typed(name))] for every tensor, in offset order.
-  nb::list typed_all(const std::string& framework) const {
+  // [(name, typed(name))] for every tensor, in offset order. On a cold lazy
+  // file the kernel is asked for the whole data area first (it reads while
+  // the caller starts on the first tensors).
+  nb::list typed_all(const std::string& framework) {
     const Framework fw = framework_of(framework);
+    if (lazy_ && !cached_ && !file_->tensors().empty()) {
+      const uint64_t begin = file_->tensors().front().offset, end = file_->file_size();
+      hinted_begin_ = begin;
+      hinted_end_ = end;
+      nb::gil_scoped_release nogil;
+      will_need(begin, end);
+    }
     nb::list out;
-    for (auto& t : file_->tensors()) out.append(nb::make_tuple(t.name, export_view(t.name, view_of(t), fw)));
+    for (auto& t : file_->tensors()) {
+      wl::TensorView v = view_of(t);
+      out.append(nb::make_tuple(t.name, export_view(t.name, v, fw, v.owner())));
+    }
     return out;
   }
 
@@ -258,7 +284,42 @@ class PySafetensorsFile {
     if (f == "np") return Framework::kNumpy;
     raise(wl::Status::InvalidArgument("framework '" + f + "' (expected pt or np)"));
   }
+  // Asks the kernel for `t`'s bytes now, and for the next kReadAhead bytes
+  // when `t` follows the tensor asked before it.
+  void read_ahead(const wl::TensorInfo& t) {
+    const auto& f = *file_->file();
+    uint64_t end = t.offset + t.nbytes;
+    if (t.offset == last_end_ && t.offset) end = std::min<uint64_t>(f.size(), end + kReadAhead);
+    last_end_ = t.offset + t.nbytes;
+    if (end <= hinted_end_ && t.offset >= hinted_begin_) return;  // asked for already
+    // [hinted_begin_, hinted_end_) grows as one range while access runs in order.
+    const uint64_t begin = t.offset >= hinted_begin_ && t.offset <= hinted_end_ ? hinted_end_ : t.offset;
+    if (t.offset >= hinted_begin_ && t.offset <= hinted_end_) {
+      hinted_end_ = end;
+    } else {
+      hinted_begin_ = t.offset;
+      hinted_end_ = end;
+    }
+    // State updated under the GIL before it is released: threads sharing the handle only ever skip a hint.
+    nb::gil_scoped_release nogil;
+    will_need(begin, end);
+  }
+
+  // Asks the kernel to read [begin, end) now. One request is capped at a
+  // readahead window (force_page_cache_ra), so a large range goes in chunks;
+  // the reads complete in the background.
+  void will_need(uint64_t begin, uint64_t end) const {
+    const auto& f = *file_->file();
+    for (uint64_t at = begin; at < end; at += kHintChunk)
+      f.advise(at, std::min(kHintChunk, end - at), wl::Advice::kWillNeed);
+  }
+
+  static constexpr uint64_t kReadAhead = uint64_t{64} << 20;  // ahead of tensors asked in file order
+  static constexpr uint64_t kHintChunk = uint64_t{2} << 20;   // per readahead request
   bool mapped_;  // lazy or eager: get() returns views of memory already there
+  bool lazy_;    // lazy: views of a mapping, read as they are touched
+  bool cached_ = false;  // lazy: the file was mostly in the page cache at open (no hints then)
+  uint64_t last_end_ = 0, hinted_begin_ = UINT64_MAX, hinted_end_ = 0;  // read_ahead's state
   std::shared_ptr<wl::SafetensorsFile> file_;
 };
 
