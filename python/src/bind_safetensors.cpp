@@ -184,14 +184,14 @@ class PySafetensorsFile {
   // its dtype and shape, or (dtype, shape, bytes) for a dtype that needs
   // _tensors.py; None when the file holds no such tensor.
   //
-  // Cold files (lazy): the tensor's bytes are asked of the kernel in large
-  // reads right away (one fault at a time is slow), and when tensors are
-  // asked in file order, the next ones too, so the disk works while the
-  // caller uses this one.
-  nb::object typed(const std::string& name, const std::string& framework) {
+  // Cold files (lazy), with `hint`: the tensor's bytes are asked of the
+  // kernel in large reads right away (one fault at a time is slow), and when
+  // tensors are asked in file order, the next ones too, so the disk works
+  // while the caller uses this one. (Not for slices: they may read a part.)
+  nb::object typed(const std::string& name, const std::string& framework, bool hint) {
     const wl::TensorInfo* t = file_->find(name);
     if (!t) return nb::none();
-    if (lazy_ && !cached_) read_ahead(*t);
+    if (hint && lazy_ && !cached_) read_ahead(*t);
     wl::TensorView v = view_of(*t);
     return export_view(name, v, framework_of(framework), v.owner());
   }
@@ -552,7 +552,7 @@ void bind_safetensors(nb::module_& m) {
       .def("get", &PySafetensorsFile::get, "name"_a)
       .def("find", &PySafetensorsFile::find, "name"_a)
       .def("get_all", &PySafetensorsFile::get_all)
-      .def("typed", &PySafetensorsFile::typed, "name"_a, "framework"_a)
+      .def("typed", &PySafetensorsFile::typed, "name"_a, "framework"_a, "hint"_a = true)
       .def("typed_all", &PySafetensorsFile::typed_all, "framework"_a)
       .def("__contains__", &PySafetensorsFile::contains, "name"_a)
       .def("locate", &PySafetensorsFile::locate, "name"_a)

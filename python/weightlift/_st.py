@@ -275,9 +275,9 @@ class safe_open:  # noqa: N801 - the safetensors name
             t = t.to(self._device)
         return t
 
-    def _typed(self, f, name: str):
+    def _typed(self, f, name: str, hint: bool = True):
         try:
-            t = f.typed(name, self._fw)
+            t = f.typed(name, self._fw, hint)
         except OSError as e:
             raise SafetensorOSError(f"Could not read tensor {name} from file: {e}") from None
         if t is None:
@@ -415,7 +415,7 @@ class SafeSlice:
             if rows is not None:
                 return rows
         if not h._np and h._mapped:
-            t = h._typed(self._f, self._name)
+            t = h._typed(self._f, self._name, False)
             if type(t) is tuple:
                 dtype, shape, data = t
                 t = _torch_tensor(dtype, shape, data, self._name, self._f.path, h._raw)
@@ -456,7 +456,7 @@ class SafeSlice:
         elif h._np:
             t = h._np_array(f, self._name, self._loc)
         else:
-            t = h._typed(f, self._name)
+            t = h._typed(f, self._name, False)
         if type(t) is tuple:
             dtype, sshape, data = t
             t = (to_numpy(dtype, sshape, data, self._name, f.path, writable=True) if h._np
