@@ -3,10 +3,14 @@
 the same tests against the real safetensors package as the control.
 
 The tests come from the safetensors 0.8.0 source distribution on PyPI
-(safetensors-0.8.0.tar.gz: bindings/python/tests/, the v0.8.0 release),
-downloaded at test time, verified against the SHA-256 below and cached
-outside the checkout ($WEIGHTLIFT_CACHE or ~/.cache/weightlift/, keyed by
-version and hash). Nothing of it is committed.
+(safetensors-0.8.0.tar.gz: bindings/python/tests/ of the v0.8.0 release,
+2026-06-09), downloaded at test time, verified against the SHA-256 below and
+cached outside the checkout ($WEIGHTLIFT_CACHE or ~/.cache/weightlift/, keyed
+by version and hash). Nothing of it is committed. (The sdist, pinned by its
+hash, is the record of the release: the v0.8.0 tag's commit is not in the
+copy of huggingface/safetensors we could read, whose main was 24b0b28,
+0.8.0-dev.0, 2026-05-12; its tests differ from the sdist's only by one
+MPS-only test the release added, and pass here as well: --source.)
 
 Against weightlift, only the imports are rewritten (`safetensors` ->
 `weightlift.safetensors`, `safetensors.torch` -> `weightlift.safetensors.torch`,
