@@ -201,13 +201,7 @@ class PySafetensorsFile {
   // the caller starts on the first tensors).
   nb::list typed_all(const std::string& framework) {
     const Framework fw = framework_of(framework);
-    if (lazy_ && !cached_ && !file_->tensors().empty()) {
-      const uint64_t begin = file_->tensors().front().offset, end = file_->file_size();
-      hinted_begin_ = begin;
-      hinted_end_ = end;
-      nb::gil_scoped_release nogil;
-      will_need(begin, end);
-    }
+    hint_all();
     nb::list out;
     for (auto& t : file_->tensors()) {
       wl::TensorView v = view_of(t);
@@ -218,14 +212,18 @@ class PySafetensorsFile {
 
   bool contains(const std::string& name) const { return file_->find(name) != nullptr; }
 
-  // (begin, end, dtype, shape) of a tensor's bytes in the file, or None.
-  nb::object locate(const std::string& name) const {
+  // (begin, end, dtype, shape) of a tensor's bytes in the file, or None;
+  // `hint`: the kernel is asked for them now, as typed() does.
+  nb::object locate(const std::string& name, bool hint) {
     const wl::TensorInfo* t = file_->find(name);
     if (!t) return nb::none();
+    if (hint && lazy_ && !cached_) read_ahead(*t);
     return nb::make_tuple(t->offset, t->offset + t->nbytes, std::string(wl::dtype_name(t->dtype)), nb::cast(t->shape));
   }
-  // [(name, begin, end, dtype, shape)] of every tensor, in offset order.
-  nb::list locate_all() const {
+  // [(name, begin, end, dtype, shape)] of every tensor, in offset order
+  // (`hint`: the whole data area asked for, as typed_all() does).
+  nb::list locate_all(bool hint) {
+    if (hint) hint_all();
     nb::list out;
     for (auto& t : file_->tensors())
       out.append(nb::make_tuple(t.name, t.offset, t.offset + t.nbytes, std::string(wl::dtype_name(t.dtype)),
@@ -305,6 +303,26 @@ class PySafetensorsFile {
     will_need(begin, end);
   }
 
+  // A cold lazy file: the whole data area asked for now. A cached one: its
+  // pages mapped now, in one call, rather than fault by fault as the caller
+  // touches them (the same pages, read-only until written).
+  void hint_all() {
+    if (!lazy_ || file_->tensors().empty()) return;
+    const uint64_t begin = file_->tensors().front().offset, end = file_->file_size();
+    if (cached_) {
+      if (populated_) return;
+      populated_ = true;
+      nb::gil_scoped_release nogil;
+      file_->file()->advise(begin, end - begin, wl::Advice::kPopulate);
+      return;
+    }
+    if (hinted_begin_ <= begin && hinted_end_ >= end) return;
+    hinted_begin_ = begin;
+    hinted_end_ = end;
+    nb::gil_scoped_release nogil;
+    will_need(begin, end);
+  }
+
   // Asks the kernel to read [begin, end) now. One request is capped at a
   // readahead window (force_page_cache_ra), so a large range goes in chunks;
   // the reads complete in the background.
@@ -319,6 +337,7 @@ class PySafetensorsFile {
   bool mapped_;  // lazy or eager: get() returns views of memory already there
   bool lazy_;    // lazy: views of a mapping, read as they are touched
   bool cached_ = false;  // lazy: the file was mostly in the page cache at open (no hints then)
+  bool populated_ = false;  // hint_all() mapped the cached file in already
   uint64_t last_end_ = 0, hinted_begin_ = UINT64_MAX, hinted_end_ = 0;  // read_ahead's state
   std::shared_ptr<wl::SafetensorsFile> file_;
 };
@@ -555,8 +574,8 @@ void bind_safetensors(nb::module_& m) {
       .def("typed", &PySafetensorsFile::typed, "name"_a, "framework"_a, "hint"_a = true)
       .def("typed_all", &PySafetensorsFile::typed_all, "framework"_a)
       .def("__contains__", &PySafetensorsFile::contains, "name"_a)
-      .def("locate", &PySafetensorsFile::locate, "name"_a)
-      .def("locate_all", &PySafetensorsFile::locate_all)
+      .def("locate", &PySafetensorsFile::locate, "name"_a, "hint"_a = false)
+      .def("locate_all", &PySafetensorsFile::locate_all, "hint"_a = false)
       .def("mapping", &PySafetensorsFile::mapping)
       .def("read_slice", &PySafetensorsFile::read_slice, "name"_a, "dim"_a, "begin"_a, "end"_a);
 

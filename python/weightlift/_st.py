@@ -305,7 +305,7 @@ class safe_open:  # noqa: N801 - the safetensors name
         if f is None:
             raise _closed()
         if self._np and self._mapped:
-            loc = f.locate(name)
+            loc = f.locate(name, True)
             if loc is None:
                 raise SafetensorKeyError(f"File does not contain tensor {name}")
             return self._np_array(f, name, loc)
@@ -323,7 +323,7 @@ class safe_open:  # noqa: N801 - the safetensors name
             return {n: self._to_cuda(f, n) for n in f.offset_names()}
         if self._np and self._mapped:
             arr = self._np_array
-            return {loc[0]: arr(f, loc[0], loc[1:]) for loc in f.locate_all()}
+            return {loc[0]: arr(f, loc[0], loc[1:]) for loc in f.locate_all(True)}
         try:
             items = f.typed_all(self._fw)
         except OSError as e:
