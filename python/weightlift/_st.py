@@ -347,7 +347,7 @@ class safe_open:  # noqa: N801 - the safetensors name
         d, s, data = _core.read_to_device(f.path, offset, dtype, shape, self._device)
         return _torch_tensor(d, s, data, name, f.path, self._raw)
 
-    def get_slice(self, name: str) -> "SafeSlice":
+    def get_slice(self, name: str) -> SafeSlice:
         """A tensor not read yet: get_shape(), get_dtype(), and indexing."""
         f = self._f
         if f is None:

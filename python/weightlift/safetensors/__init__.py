@@ -1,9 +1,9 @@
 """weightlift.safetensors: the `safetensors` package's API (release 0.8) over
 weightlift's reader and writer. Change one import prefix:
 
-    from safetensors import safe_open                   ->  from weightlift.safetensors import safe_open
-    from safetensors.torch import load_file, save_file  ->  from weightlift.safetensors.torch import load_file, save_file
-    from safetensors.numpy import load, save            ->  from weightlift.safetensors.numpy import load, save
+    from safetensors import safe_open              ->  from weightlift.safetensors import safe_open
+    from safetensors.torch import load_file, save  ->  from weightlift.safetensors.torch import load_file, save
+    from safetensors.numpy import load, save       ->  from weightlift.safetensors.numpy import load, save
 
 Same names, signatures, defaults, results and exception classes as
 safetensors 0.8 (torch and numpy; not TensorFlow, Flax, MLX or Paddle). Where

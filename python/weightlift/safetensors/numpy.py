@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Dict, List, Optional, Union
 
 import numpy as np
 
@@ -43,7 +42,7 @@ def _is_little_endian(tensor: np.ndarray) -> bool:
     raise ValueError(f"Unexpected byte order {order}")
 
 
-def _specs(tensor_dict: Dict[str, np.ndarray], keep: List) -> Dict[str, TensorSpec]:
+def _specs(tensor_dict: dict[str, np.ndarray], keep: list) -> dict[str, TensorSpec]:
     """{name: TensorSpec} over each array's memory (a little-endian,
     C-contiguous copy where the array is not one, held in `keep`)."""
     if not isinstance(tensor_dict, dict):
@@ -61,21 +60,21 @@ def _specs(tensor_dict: Dict[str, np.ndarray], keep: List) -> Dict[str, TensorSp
     return specs
 
 
-def save(tensor_dict: Dict[str, np.ndarray], metadata: Optional[Dict[str, str]] = None) -> bytes:
+def save(tensor_dict: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file holding `tensor_dict`; `metadata` is a
     str -> str map stored in the header."""
-    keep: List = []
+    keep: list = []
     return serialize(_specs(tensor_dict, keep), metadata=metadata)
 
 
-def save_file(tensor_dict: Dict[str, np.ndarray], filename: Union[str, os.PathLike],
-              metadata: Optional[Dict[str, str]] = None) -> None:
+def save_file(tensor_dict: dict[str, np.ndarray], filename: str | os.PathLike,
+              metadata: dict[str, str] | None = None) -> None:
     """Writes `tensor_dict` to `filename` in safetensors format, atomically."""
-    keep: List = []
+    keep: list = []
     serialize_file(_specs(tensor_dict, keep), filename, metadata=metadata)
 
 
-def load(data: bytes) -> Dict[str, np.ndarray]:
+def load(data: bytes) -> dict[str, np.ndarray]:
     """Every array of a safetensors file held in memory (writable arrays over one copy of its data)."""
     _, tensors = _st._parse(data)
     if not tensors:
@@ -91,7 +90,7 @@ def load(data: bytes) -> Dict[str, np.ndarray]:
     return out
 
 
-def load_file(filename: Union[str, os.PathLike], *, backend: str = "mmap") -> Dict[str, np.ndarray]:
+def load_file(filename: str | os.PathLike, *, backend: str = "mmap") -> dict[str, np.ndarray]:
     """Every array of a safetensors file, in file order."""
     with safe_open(filename, framework="np", backend=backend) as f:
         return f.get_tensors()

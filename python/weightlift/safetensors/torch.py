@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import sys
 from collections import defaultdict
-from typing import Dict, List, Optional, Set, Tuple, Union
 
 import torch
 
@@ -26,7 +25,7 @@ from .._tensors import TORCH_DTYPES
 __all__ = ["save", "save_file", "load", "load_file", "save_model", "load_model", "storage_ptr", "storage_size"]
 
 # torch dtype -> bytes per element (float4_e2m1fn_x2: one byte holds two values).
-_SIZE: Dict[torch.dtype, int] = {}
+_SIZE: dict[torch.dtype, int] = {}
 for _name, _bytes in (("int64", 8), ("float32", 4), ("int32", 4), ("bfloat16", 2), ("float16", 2), ("int16", 2),
                       ("uint8", 1), ("int8", 1), ("bool", 1), ("float64", 8), ("complex64", 8), ("uint64", 8),
                       ("uint32", 4), ("uint16", 2), ("float8_e4m3fn", 1), ("float8_e4m3fnuz", 1),
@@ -38,7 +37,7 @@ for _name, _bytes in (("int64", 8), ("float32", 4), ("int32", 4), ("bfloat16", 2
 _SPEC_NAME = {dt: str(dt).split(".")[-1] for dt in _SIZE}
 
 # safetensors dtype name -> torch dtype (what this torch has).
-_TYPES: Dict[str, torch.dtype] = {k: v for k, v in TORCH_DTYPES.items() if k not in ("C32", "C128")}
+_TYPES: dict[str, torch.dtype] = {k: v for k, v in TORCH_DTYPES.items() if k not in ("C32", "C128")}
 
 
 def _getdtype(dtype_str: str) -> torch.dtype:
@@ -87,9 +86,9 @@ def _end_ptr(tensor: torch.Tensor) -> int:
     return tensor.data_ptr() + (last + 1) * _SIZE[tensor.dtype]
 
 
-def _filter_shared_not_shared(tensors: List[Set[str]], state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
+def _filter_shared_not_shared(tensors: list[set[str]], state_dict: dict[str, torch.Tensor]) -> list[set[str]]:
     """Splits each group of names on one storage into groups whose byte ranges overlap."""
-    out: List[Set[str]] = []
+    out: list[set[str]] = []
     for names in tensors:
         if len(names) < 2:
             out.append(names)
@@ -106,10 +105,10 @@ def _filter_shared_not_shared(tensors: List[Set[str]], state_dict: Dict[str, tor
     return out
 
 
-def _find_shared_tensors(state_dict: Dict[str, torch.Tensor]) -> List[Set[str]]:
+def _find_shared_tensors(state_dict: dict[str, torch.Tensor]) -> list[set[str]]:
     """Groups of names whose tensors overlap in memory (a group of one for a
     tensor that shares with nothing); meta and empty storages are left out."""
-    groups: Dict[tuple, Set[str]] = {}
+    groups: dict[tuple, set[str]] = {}
     meta = torch.device("meta")
     for name, t in state_dict.items():
         if t.device == meta:
@@ -127,14 +126,14 @@ def _is_complete(tensor: torch.Tensor) -> bool:
         tensor.nelement() * _SIZE[tensor.dtype] == storage_size(tensor)
 
 
-def _remove_duplicate_names(state_dict: Dict[str, torch.Tensor], *, preferred_names: Optional[List[str]] = None,
-                            discard_names: Optional[List[str]] = None) -> Dict[str, List[str]]:
+def _remove_duplicate_names(state_dict: dict[str, torch.Tensor], *, preferred_names: list[str] | None = None,
+                            discard_names: list[str] | None = None) -> dict[str, list[str]]:
     """{kept name: [names dropped in its favour]} for every group of shared
     tensors: the kept one covers the whole storage; among several, the first by
     name, preferring `preferred_names` and avoiding `discard_names`."""
     preferred = set(preferred_names or [])
     discard = set(discard_names or [])
-    to_remove: Dict[str, List[str]] = defaultdict(list)
+    to_remove: dict[str, list[str]] = defaultdict(list)
     for shared in _find_shared_tensors(state_dict):
         complete = {n for n in shared if _is_complete(state_dict[n])}
         if not complete:
@@ -178,10 +177,10 @@ def _check_for_save(tensors) -> None:
             Some tensors share memory, this will lead to duplicate memory on disk and potential differences when loading them again: {failing}.
             A potential way to correctly save your model is to use `save_model`.
             More information at https://huggingface.co/docs/safetensors/torch_shared_tensors
-            """)
+            """)  # noqa: E501 - safetensors' message, word for word
 
 
-def _specs(tensors: Dict[str, torch.Tensor], keep: list) -> Dict[str, TensorSpec]:
+def _specs(tensors: dict[str, torch.Tensor], keep: list) -> dict[str, TensorSpec]:
     """{name: TensorSpec} over each tensor's CPU memory; `keep` holds what must
     stay alive while it is written (CPU copies of device tensors)."""
     _check_for_save(tensors)
@@ -214,22 +213,22 @@ def _byteswapped(t: torch.Tensor) -> torch.Tensor:  # pragma: no cover - big-end
     return torch.from_numpy(u).view(t.dtype).reshape(t.shape)
 
 
-def save(tensors: Dict[str, torch.Tensor], metadata: Optional[Dict[str, str]] = None) -> bytes:
+def save(tensors: dict[str, torch.Tensor], metadata: dict[str, str] | None = None) -> bytes:
     """The bytes of a safetensors file holding `tensors` (contiguous, dense,
     not sharing memory); `metadata` is a str -> str map stored in the header."""
     keep: list = []
     return serialize(_specs(tensors, keep), metadata=metadata)
 
 
-def save_file(tensors: Dict[str, torch.Tensor], filename: Union[str, os.PathLike],
-              metadata: Optional[Dict[str, str]] = None) -> None:
+def save_file(tensors: dict[str, torch.Tensor], filename: str | os.PathLike,
+              metadata: dict[str, str] | None = None) -> None:
     """Writes `tensors` (contiguous, dense, not sharing memory) to `filename`
     in safetensors format, atomically. Do not modify the tensors while it runs."""
     keep: list = []
     serialize_file(_specs(tensors, keep), filename, metadata=metadata)
 
 
-def save_model(model: torch.nn.Module, filename: str, metadata: Optional[Dict[str, str]] = None,
+def save_model(model: torch.nn.Module, filename: str, metadata: dict[str, str] | None = None,
                force_contiguous: bool = True):
     """Saves `model`'s state dict, keeping one of each group of shared (tied)
     tensors; each dropped name is recorded in the metadata as `{dropped: kept}`
@@ -252,14 +251,14 @@ def save_model(model: torch.nn.Module, filename: str, metadata: Optional[Dict[st
 
 # ---- reading ------------------------------------------------------------------------------------------
 
-def load_file(filename: Union[str, os.PathLike], device: Union[str, int] = "cpu", *,
-              backend: str = "mmap") -> Dict[str, torch.Tensor]:
+def load_file(filename: str | os.PathLike, device: str | int = "cpu", *,
+              backend: str = "mmap") -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file, in file order, on `device`."""
     with safe_open(filename, framework="pt", device=device, backend=backend) as f:
         return f.get_tensors()
 
 
-def load(data: bytes) -> Dict[str, torch.Tensor]:
+def load(data: bytes) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file held in memory (CPU tensors over one copy of its data)."""
     _, tensors = _st._parse(data)
     if not tensors:
@@ -280,8 +279,8 @@ def load(data: bytes) -> Dict[str, torch.Tensor]:
     return out
 
 
-def load_model(model: torch.nn.Module, filename: Union[str, os.PathLike], strict: bool = True,
-               device: Union[str, int] = "cpu", *, backend: str = "mmap") -> Tuple[List[str], List[str]]:
+def load_model(model: torch.nn.Module, filename: str | os.PathLike, strict: bool = True,
+               device: str | int = "cpu", *, backend: str = "mmap") -> tuple[list[str], list[str]]:
     """Loads a file written by save_model (or save_file) into `model`, restoring
     tied tensors. Returns (missing, unexpected): names of the model the file did
     not fill, names of the file the model did not use; with strict (the default)
