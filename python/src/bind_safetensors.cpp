@@ -303,19 +303,12 @@ class PySafetensorsFile {
     will_need(begin, end);
   }
 
-  // A cold lazy file: the whole data area asked for now. A cached one: its
-  // pages mapped now, in one call, rather than fault by fault as the caller
-  // touches them (the same pages, read-only until written).
+  // A cold lazy file: the whole data area asked for now. A cached one is left
+  // to fault in as the caller touches it (as safetensors does: a load_file of
+  // tensors the caller never uses costs neither time nor memory).
   void hint_all() {
-    if (!lazy_ || file_->tensors().empty()) return;
+    if (!lazy_ || cached_ || file_->tensors().empty()) return;
     const uint64_t begin = file_->tensors().front().offset, end = file_->file_size();
-    if (cached_) {
-      if (populated_) return;
-      populated_ = true;
-      nb::gil_scoped_release nogil;
-      file_->file()->advise(begin, end - begin, wl::Advice::kPopulate);
-      return;
-    }
     if (hinted_begin_ <= begin && hinted_end_ >= end) return;
     hinted_begin_ = begin;
     hinted_end_ = end;
@@ -337,7 +330,6 @@ class PySafetensorsFile {
   bool mapped_;  // lazy or eager: get() returns views of memory already there
   bool lazy_;    // lazy: views of a mapping, read as they are touched
   bool cached_ = false;  // lazy: the file was mostly in the page cache at open (no hints then)
-  bool populated_ = false;  // hint_all() mapped the cached file in already
   uint64_t last_end_ = 0, hinted_begin_ = UINT64_MAX, hinted_end_ = 0;  // read_ahead's state
   std::shared_ptr<wl::SafetensorsFile> file_;
 };
