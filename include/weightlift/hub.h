@@ -44,7 +44,7 @@
 
 #include "weightlift/http.h"
 #include "weightlift/io.h"
-#include "weightlift/loader.h"
+#include "weightlift/load_options.h"
 #include "weightlift/lock.h"
 #include "weightlift/status.h"
 

@@ -12,7 +12,7 @@
 
 #include "engine/plan.h"
 #include "weightlift/destination.h"
-#include "weightlift/loader.h"
+#include "weightlift/load_options.h"
 
 namespace wl::engine {
 

@@ -11,7 +11,7 @@
 
 #include "weightlift/checkpoint.h"
 #include "weightlift/destination.h"
-#include "weightlift/loader.h"
+#include "weightlift/load_options.h"
 #include "weightlift/shard.h"
 
 namespace wl::engine {

@@ -12,6 +12,7 @@
 #include <fmt/format.h>
 
 #include "hub/hub_internal.h"
+#include "weightlift/loader.h"
 #include "weightlift/lock.h"
 #include "weightlift/weight_files.h"
 

@@ -9,28 +9,6 @@
 
 namespace wl {
 
-std::optional<Strategy> strategy_from_name(std::string_view name) {
-  if (name == "lazy") return Strategy::kLazy;
-  if (name == "eager") return Strategy::kEager;
-  if (name == "prefetch") return Strategy::kPrefetch;
-  if (name == "auto") return Strategy::kAuto;
-  if (name == "threads") return Strategy::kThreads;
-  if (name == "stream") return Strategy::kStream;
-  return std::nullopt;
-}
-
-std::string_view strategy_name(Strategy s) {
-  switch (s) {
-    case Strategy::kLazy: return "lazy";
-    case Strategy::kEager: return "eager";
-    case Strategy::kPrefetch: return "prefetch";
-    case Strategy::kAuto: return "auto";
-    case Strategy::kThreads: return "threads";
-    case Strategy::kStream: return "stream";
-  }
-  return "?";
-}
-
 Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOptions& o,
                              const std::function<Status(LoadedTensor&&)>& sink) {
   if (o.env == nullptr) return Status::InvalidArgument("LoadOptions.env is null");
