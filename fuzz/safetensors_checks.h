@@ -32,7 +32,7 @@ inline void exercise_safetensors_file(const std::string& bytes) {
   static const std::string kPath = "/fuzz/model.safetensors";
   for (int variant = 0; variant < 3; ++variant) {
     const bool mappable = variant != 1;
-    const LoadMode mode = variant == 2 ? LoadMode::kEager : LoadMode::kLazy;
+    const FileMode mode = variant == 2 ? FileMode::kPread : FileMode::kMmap;
     auto file = std::make_shared<MemFile>(kPath, bytes, mappable);
     auto sf = SafetensorsFile::open(file, mode);
     if (!sf.ok()) {

@@ -36,11 +36,11 @@ TEST(FaultConcurrency, ManyThreadsReadOneFileInEveryMode) {
   FaultInjectionEnv no_mmap;  // views refused: the pread fallback path
   no_mmap.add({.path_suffix = ".safetensors"});
   struct Case {
-    LoadMode mode;
+    FileMode mode;
     Env* env;
   };
-  for (Case c : {Case{LoadMode::kLazy, Env::Default()}, Case{LoadMode::kEager, Env::Default()},
-                 Case{LoadMode::kLazy, &no_mmap}}) {
+  for (Case c : {Case{FileMode::kMmap, Env::Default()}, Case{FileMode::kPread, Env::Default()},
+                 Case{FileMode::kMmap, &no_mmap}}) {
     auto sf = SafetensorsFile::open(path, c.mode, c.env);
     ASSERT_TRUE(sf.ok()) << sf.status().to_string();
     std::atomic<int> bad{0};
@@ -89,7 +89,7 @@ TEST(FaultConcurrency, ThreadsSharingAFailingFileEachGetACleanError) {
   ASSERT_TRUE(testing::write_test_model(path, kTensors, 1000).ok());
   FaultInjectionEnv env;
   env.add({.path_suffix = "m.safetensors", .eio_after_reads = 40});
-  auto sf = SafetensorsFile::open(path, LoadMode::kLazy, &env);
+  auto sf = SafetensorsFile::open(path, FileMode::kMmap, &env);
   ASSERT_TRUE(sf.ok());
   std::atomic<int> ok{0}, failed{0}, wrong{0};
   run_threads([&](int t) {

@@ -64,7 +64,7 @@ TEST_F(FaultIo, NoFaultLoadsEverythingInBothStrategies) {
 TEST_F(FaultIo, EioInTheHeaderFailsTheOpenNamingTheFile) {
   FaultInjectionEnv env;
   env.add({.path_suffix = "model.safetensors", .eio_from_offset = 20});
-  for (LoadMode m : {LoadMode::kLazy, LoadMode::kEager}) {
+  for (FileMode m : {FileMode::kMmap, FileMode::kPread}) {
     auto f = SafetensorsFile::open(path_, m, &env);
     ASSERT_FALSE(f.ok());
     EXPECT_EQ(f.status().code(), Code::kIoError);
@@ -95,7 +95,7 @@ TEST_F(FaultIo, EioMidFileFailsTheLoadNamingFileAndTensor) {
 TEST_F(FaultIo, EioAfterSomeReadsFailsLaterTensorsOnly) {
   FaultInjectionEnv env;
   env.add({.path_suffix = "model.safetensors", .eio_after_reads = 5});  // length, header, 3 tensors
-  auto f = SafetensorsFile::open(path_, LoadMode::kLazy, &env);
+  auto f = SafetensorsFile::open(path_, FileMode::kMmap, &env);
   ASSERT_TRUE(f.ok());
   for (int i = 0; i < 3; ++i) EXPECT_TRUE((*f)->read(fmt::format("t{}", i)).ok());
   auto r = (*f)->read("t3");
@@ -172,7 +172,7 @@ TEST_F(FaultIo, ReplacedByRenameDuringALoadStillGivesTheOldBytes) {
 }
 
 TEST_F(FaultIo, GrownWhileBeingReadUsesTheSizeAtOpen) {
-  auto f = SafetensorsFile::open(path_, LoadMode::kLazy);
+  auto f = SafetensorsFile::open(path_, FileMode::kMmap);
   ASSERT_TRUE(f.ok());
   FILE* out = std::fopen(path_.c_str(), "ab");
   ASSERT_NE(out, nullptr);
@@ -184,7 +184,7 @@ TEST_F(FaultIo, GrownWhileBeingReadUsesTheSizeAtOpen) {
     EXPECT_TRUE(testing::has_test_bytes(t->view(), i));
   }
   // Reopened, the appended bytes break the "data ends at the end of file" rule.
-  auto again = SafetensorsFile::open(path_, LoadMode::kLazy);
+  auto again = SafetensorsFile::open(path_, FileMode::kMmap);
   EXPECT_EQ(again.status().code(), Code::kCorruptData);
   EXPECT_TRUE(contains(again.status().message(), "data area ends at byte")) << again.status().to_string();
 }
@@ -214,7 +214,7 @@ TEST_F(FaultIo, HeaderChangedInPlaceBetweenLengthAndBodyIsCorrupt) {
   // between, the result is a format error, never an out-of-bounds read.
   FaultInjectionEnv env;
   env.add({.path_suffix = "model.safetensors", .change_after_reads = 1});
-  auto f = SafetensorsFile::open(path_, LoadMode::kLazy, &env);
+  auto f = SafetensorsFile::open(path_, FileMode::kMmap, &env);
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), Code::kCorruptData);
   EXPECT_EQ(f.status().file(), path_);

@@ -221,7 +221,7 @@ TEST_F(FaultSyscall, SafetensorsHeaderAndTensorsSurviveShortReadsAndEintr) {
   std::vector<NamedTensor> named = {{"w", t->view()}};
   ASSERT_TRUE(write_safetensors(p, named, {{"format", "pt"}}).ok());
   for (Fault f : {Fault::kShort, Fault::kEintr}) {
-    for (LoadMode m : {LoadMode::kLazy, LoadMode::kEager}) {
+    for (FileMode m : {FileMode::kMmap, FileMode::kPread}) {
       Armed a(g_read_fault, f);
       auto sf = SafetensorsFile::open(p, m);
       ASSERT_TRUE(sf.ok()) << sf.status().to_string();

@@ -540,7 +540,7 @@ TEST_F(FakeGpu, ReadToDeviceAndDummyFillMatchTheHost) {
   auto f = Env::Default()->open(files[0], {.mode = FileMode::kPread});
   ASSERT_TRUE(f.ok());
   Tensor want = make_f32({300, 257}, 3);
-  auto sf = SafetensorsFile::open(files[0], LoadMode::kLazy);
+  auto sf = SafetensorsFile::open(files[0], FileMode::kMmap);
   ASSERT_TRUE(sf.ok());
   const TensorInfo* info = (*sf)->find("a.big");
   ASSERT_NE(info, nullptr);

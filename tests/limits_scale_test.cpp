@@ -93,7 +93,7 @@ TEST(LimitsScaleProbe, PeakMemoryOfOpening) {
   auto file = std::make_shared<StringFile>("/mem/many.safetensors", bytes);
   std::ofstream("/proc/self/clear_refs") << "5";  // the peak mark starts here
   const uint64_t before = current_rss();
-  auto r = SafetensorsFile::open(file, LoadMode::kLazy);
+  auto r = SafetensorsFile::open(file, FileMode::kMmap);
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   const uint64_t peak = peak_rss_bytes();
   std::printf("PEAK %llu\n", static_cast<unsigned long long>(peak > before ? peak - before : 0));
@@ -102,7 +102,7 @@ TEST(LimitsScaleProbe, PeakMemoryOfOpening) {
 TEST(LimitsScale, AMillionTinyTensorsOpenWithTwoReads) {
   const std::string bytes = many_tensor_file(kMillion);
   auto file = std::make_shared<StringFile>("/mem/many.safetensors", bytes);
-  auto sf = SafetensorsFile::open(file, LoadMode::kLazy);
+  auto sf = SafetensorsFile::open(file, FileMode::kMmap);
   ASSERT_TRUE(sf.ok()) << sf.status().to_string();
   EXPECT_EQ((*sf)->tensors().size(), kMillion);
   EXPECT_EQ(file->reads.load(), 2u);  // the length prefix, then the header: nothing per tensor
@@ -136,7 +136,7 @@ TEST(LimitsScale, AHundredMegabyteHeaderIsReadOnceAndParsed) {
   h.clear();
   h.shrink_to_fit();
   auto file = std::make_shared<StringFile>("/mem/big.safetensors", std::move(bytes));
-  auto sf = SafetensorsFile::open(file, LoadMode::kLazy);
+  auto sf = SafetensorsFile::open(file, FileMode::kMmap);
   ASSERT_TRUE(sf.ok()) << sf.status().to_string();
   EXPECT_EQ((*sf)->header().header_size, kSafetensorsMaxHeader);
   EXPECT_EQ((*sf)->tensors().size(), 1u);
@@ -151,7 +151,7 @@ TEST(LimitsScale, AHeaderLengthOverTheLimitIsRejectedBeforeAllocating) {
   const uint64_t claimed = 200'000'000;
   for (int i = 0; i < 8; ++i) prefix[i] = static_cast<char>((claimed >> (8 * i)) & 0xff);
   auto file = std::make_shared<StringFile>("/mem/huge.safetensors", prefix, 300'000'000);
-  auto r = SafetensorsFile::open(file, LoadMode::kLazy);
+  auto r = SafetensorsFile::open(file, FileMode::kMmap);
   EXPECT_EQ(r.status().code(), Code::kCorruptData);
   EXPECT_NE(r.status().message().find("exceeds the 100000000 byte limit"), std::string::npos);
   EXPECT_EQ(file->bytes_read.load(), 8u);

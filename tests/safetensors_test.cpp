@@ -115,7 +115,7 @@ TEST(SafetensorsMalformed, EveryCaseIsRejectedWithItsMessage) {
     SCOPED_TRACE(m.label);
     std::string path = dir.file("bad" + std::to_string(i++) + ".safetensors");
     write_bytes(path, m.bytes);
-    for (LoadMode mode : {LoadMode::kLazy, LoadMode::kEager}) {
+    for (FileMode mode : {FileMode::kMmap, FileMode::kPread}) {
       auto f = SafetensorsFile::open(path, mode);
       ASSERT_FALSE(f.ok());
       EXPECT_EQ(f.status().code(), m.code) << f.status().to_string();
@@ -225,7 +225,7 @@ TEST(SafetensorsRoundTrip, RandomDtypesAndShapes) {
     auto ser = serialize_safetensors(nt, meta);
     ASSERT_TRUE(ser.ok());
     EXPECT_EQ(*ser, testing::read_bytes(path));
-    for (LoadMode mode : {LoadMode::kLazy, LoadMode::kEager}) {
+    for (FileMode mode : {FileMode::kMmap, FileMode::kPread}) {
       auto f = SafetensorsFile::open(path, mode);
       ASSERT_TRUE(f.ok()) << f.status().to_string();
       EXPECT_EQ((*f)->metadata(), meta);
@@ -257,7 +257,7 @@ TEST(SafetensorsRoundTrip, ReadRowsReadsOnlyThatRange) {
   std::vector<NamedTensor> nt = {{"m", t->view()}};
   std::string path = dir.file("rows.safetensors");
   ASSERT_TRUE(write_safetensors(path, nt).ok());
-  for (LoadMode mode : {LoadMode::kLazy, LoadMode::kEager}) {
+  for (FileMode mode : {FileMode::kMmap, FileMode::kPread}) {
     auto f = SafetensorsFile::open(path, mode);
     ASSERT_TRUE(f.ok());
     auto r = (*f)->read_slice("m", 0, 2, 5);

@@ -59,18 +59,18 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view json, uint64
 // Reads the length prefix and header of an open file, then parses it.
 Result<SafetensorsHeader> read_safetensors_header(const RandomAccessFile& file);
 
-enum class LoadMode {
-  kLazy,   // mmap the file; views are zero-copy into the mapping
-  kEager,  // read the whole file into one buffer with one read; views point into it
-};
-
+// `mode` says how the tensors' bytes are reached (io.h's FileMode):
+//   kMmap, kMmapPrivate  lazy: the file mapped; views are zero-copy into the mapping
+//   kPread, kDirect      eager: the whole file read into one buffer with one
+//                        read; views point into it
 class SafetensorsFile {
  public:
-  static Result<std::shared_ptr<SafetensorsFile>> open(const std::string& path, LoadMode mode = LoadMode::kLazy,
+  static Result<std::shared_ptr<SafetensorsFile>> open(const std::string& path, FileMode mode = FileMode::kMmap,
                                                        Env* env = Env::Default());
-  // Over an already-open file (kLazy needs view() support, else bytes are read on demand).
+  // Over an already-open file (a mapped mode needs view() support, else bytes
+  // are read on demand; a read mode reads it whole).
   static Result<std::shared_ptr<SafetensorsFile>> open(std::shared_ptr<RandomAccessFile> file,
-                                                       LoadMode mode = LoadMode::kLazy);
+                                                       FileMode mode = FileMode::kMmap);
 
   const std::string& path() const { return file_->path(); }
   const SafetensorsHeader& header() const { return header_; }
@@ -95,7 +95,7 @@ class SafetensorsFile {
  private:
   SafetensorsFile() = default;
   std::shared_ptr<RandomAccessFile> file_;
-  std::shared_ptr<Buffer> eager_;  // kEager: the whole file
+  std::shared_ptr<Buffer> eager_;  // a read mode: the whole file
   SafetensorsHeader header_;
   std::unordered_map<std::string_view, size_t> by_name_;  // into header_.tensors
 };

@@ -121,7 +121,7 @@ class PySafetensorsFile {
       : mapped_(strategy != "pread"), lazy_(strategy == "lazy") {
     nb::gil_scoped_release nogil;
     if (strategy == "eager") {
-      file_ = unwrap(wl::SafetensorsFile::open(path, wl::LoadMode::kEager));
+      file_ = unwrap(wl::SafetensorsFile::open(path, wl::FileMode::kPread));
       return;
     }
     wl::FileMode mode;
@@ -134,7 +134,7 @@ class PySafetensorsFile {
                 .with_file(path));
     }
     auto raw = unwrap(wl::Env::Default()->open(path, {.mode = mode}));
-    file_ = unwrap(wl::SafetensorsFile::open(raw, wl::LoadMode::kLazy));
+    file_ = unwrap(wl::SafetensorsFile::open(raw, wl::FileMode::kMmap));
     if (lazy_) cached_ = file_->file()->mostly_cached();
   }
 

@@ -34,7 +34,7 @@ class SafetensorsCheckpoint final : public CheckpointReader {
 }  // namespace
 
 Result<std::unique_ptr<CheckpointReader>> open_safetensors_checkpoint(const std::string& path, Env* env) {
-  WL_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open(path, LoadMode::kLazy, env));
+  WL_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open(path, FileMode::kMmap, env));
   return std::unique_ptr<CheckpointReader>(std::make_unique<SafetensorsCheckpoint>(std::move(f)));
 }
 

@@ -482,17 +482,17 @@ Result<SafetensorsHeader> read_safetensors_header(const RandomAccessFile& file) 
   return parse_safetensors_header(text, size, file.path());
 }
 
-Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path, LoadMode mode, Env* env) {
+Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(const std::string& path, FileMode mode, Env* env) {
   OpenOptions o;
-  o.mode = mode == LoadMode::kLazy ? FileMode::kMmap : FileMode::kPread;
+  o.mode = mode;
   WL_ASSIGN_OR_RETURN(auto f, env->open(path, o));
   return open(std::move(f), mode);
 }
 
-Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(std::shared_ptr<RandomAccessFile> file, LoadMode mode) {
+Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(std::shared_ptr<RandomAccessFile> file, FileMode mode) {
   std::shared_ptr<SafetensorsFile> sf(new SafetensorsFile());
   sf->file_ = std::move(file);
-  if (mode == LoadMode::kEager) {
+  if (mode == FileMode::kPread || mode == FileMode::kDirect) {  // eager: read whole
     const uint64_t size = sf->file_->size();
     if (size < 8)
       return corrupt(sf->file_->path(), fmt::format("file of {} bytes is too small for a safetensors header", size));
