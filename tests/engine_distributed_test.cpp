@@ -62,7 +62,7 @@ class DistributedTest : public ::testing::Test {
         LoadOptions o;
         o.collective = members[static_cast<size_t>(r)].get();
         o.block_size = 4096;  // 16 KiB blocks: many rounds
-        o.direct = DirectIo::kOff;
+        o.direct = Toggle::kOff;
         o.threads = 2;
         std::vector<std::string> files = files_;
         if (adjust) adjust(r, o, files);
@@ -255,7 +255,7 @@ TEST_F(DistributedTest, ARankThatGoesAwayFailsTheOthersWithinTheTimeout) {
       LoadOptions o;
       o.collective = member.get();
       o.block_size = 4096;
-      o.direct = DirectIo::kOff;
+      o.direct = Toggle::kOff;
       int n = 0;
       auto st = load_files(files_, o, [&](LoadedTensor&&) -> Status {
         if (r == 1 && ++n == 3) member->abort(Status::Aborted("connection closed by peer"));
@@ -372,7 +372,7 @@ TEST_F(DistributedFakeGpu, ADeviceCollectiveExchangesThroughDeviceMemory) {
         LoadOptions o;
         o.collective = &member;
         o.block_size = 4096;
-        o.direct = DirectIo::kOff;
+        o.direct = Toggle::kOff;
         auto st = load_all(files_, o, &res[static_cast<size_t>(r)].stats);
         if (st.ok()) res[static_cast<size_t>(r)].tensors = *st;
         else res[static_cast<size_t>(r)].status = st.status();

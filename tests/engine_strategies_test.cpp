@@ -42,15 +42,15 @@ TEST(EngineStrategies, AllGiveIdenticalBytes) {
     Strategy s;
     int threads;
     uint64_t block;
-    DirectIo direct;
+    Toggle direct;
     uint64_t cap;
   };
   const Case cases[] = {
-      {Strategy::kEager, 0, 0, DirectIo::kAuto, 0},       {Strategy::kPrefetch, 2, 4096, DirectIo::kAuto, 0},
-      {Strategy::kAuto, 0, 0, DirectIo::kAuto, 0},        {Strategy::kThreads, 2, 0, DirectIo::kAuto, 0},
-      {Strategy::kStream, 0, 0, DirectIo::kOff, 0},       {Strategy::kStream, 3, 65536 + 512, DirectIo::kOff, 0},
-      {Strategy::kStream, 3, 65536, DirectIo::kOn, 0},    {Strategy::kStream, 4, 4096, DirectIo::kOn, 0},
-      {Strategy::kStream, 2, 0, DirectIo::kOn, 1 << 20},  {Strategy::kStream, 1, 0, DirectIo::kAuto, 0},
+      {Strategy::kEager, 0, 0, Toggle::kAuto, 0},       {Strategy::kPrefetch, 2, 4096, Toggle::kAuto, 0},
+      {Strategy::kAuto, 0, 0, Toggle::kAuto, 0},        {Strategy::kThreads, 2, 0, Toggle::kAuto, 0},
+      {Strategy::kStream, 0, 0, Toggle::kOff, 0},       {Strategy::kStream, 3, 65536 + 512, Toggle::kOff, 0},
+      {Strategy::kStream, 3, 65536, Toggle::kOn, 0},    {Strategy::kStream, 4, 4096, Toggle::kOn, 0},
+      {Strategy::kStream, 2, 0, Toggle::kOn, 1 << 20},  {Strategy::kStream, 1, 0, Toggle::kAuto, 0},
   };
   for (const Case& c : cases) {
     LoadOptions o;
@@ -108,7 +108,7 @@ TEST(EngineStream, DestinationsAreFilledInPlace) {
   LoadOptions o;
   o.strategy = Strategy::kStream;
   o.block_size = 4096;
-  o.direct = DirectIo::kOn;
+  o.direct = Toggle::kOn;
   auto dst = caller_destination([&](const TensorRequest& r) -> Result<Region> {
     auto& v = dsts[r.name];
     v.resize(r.nbytes);
@@ -139,7 +139,7 @@ TEST(EngineStream, MemoryCapBoundsOutstandingTensors) {
   std::vector<std::pair<std::string, Tensor>> ts;
   for (int i = 0; i < 40; ++i) ts.push_back({"t" + std::to_string(i), make_f32({64, 1024}, i)});  // 256 KiB each
   write_st(dir.file("m.safetensors"), ts);
-  for (DirectIo dio : {DirectIo::kOff, DirectIo::kOn}) {
+  for (Toggle dio : {Toggle::kOff, Toggle::kOn}) {
     LoadOptions o;
     o.strategy = Strategy::kStream;
     o.threads = 4;
@@ -165,7 +165,7 @@ TEST(EngineStream, MemoryCapBoundsOutstandingTensors) {
     ASSERT_TRUE(r.ok()) << r.status().to_string();
     EXPECT_EQ(r->tensors, 40u);
     // The cap, plus one tensor that straddles the window's edge.
-    EXPECT_LE(peak, o.max_memory + (256u << 10)) << "direct " << (dio == DirectIo::kOn);
+    EXPECT_LE(peak, o.max_memory + (256u << 10)) << "direct " << (dio == Toggle::kOn);
   }
 }
 
@@ -206,7 +206,7 @@ TEST(EngineExperts, SkippedExpertBytesAreNeverRead) {
   TempDir dir;
   write_st(dir.file("moe.safetensors"), moe_tensors());
   auto sf = *SafetensorsFile::open(dir.file("moe.safetensors"));
-  for (DirectIo dio : {DirectIo::kOff, DirectIo::kOn}) {
+  for (Toggle dio : {Toggle::kOff, Toggle::kOn}) {
     CountingEnv env;
     LoadOptions o;
     o.env = &env;
@@ -222,7 +222,7 @@ TEST(EngineExperts, SkippedExpertBytesAreNeverRead) {
     for (auto& info : sf->tensors()) {
       if (!should_skip_weight(info.name, o.local_experts)) continue;
       // O_DIRECT reads whole 4 KiB blocks: allow that slack at the edges.
-      uint64_t slack = dio == DirectIo::kOn ? 4096 : 0;
+      uint64_t slack = dio == Toggle::kOn ? 4096 : 0;
       uint64_t b0 = info.offset + slack, b1 = info.offset + info.nbytes - slack;
       for (auto& rd : env.reads())
         EXPECT_FALSE(b0 < b1 && overlaps(rd.offset, rd.offset + rd.len, b0, b1))
@@ -261,7 +261,7 @@ TEST(EngineTensorParallel, RanksReadOnlyTheirBytesAndReassemble) {
       LoadOptions o;
       o.env = &env;
       o.strategy = s;
-      o.direct = DirectIo::kOff;
+      o.direct = Toggle::kOff;
       o.tp_rank = rank;
       o.tp_size = W;
       o.shard_rules = {{"*.row.weight", 0}, {"*.col.weight", 1}, {"*.cube", -1}};

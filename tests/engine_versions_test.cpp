@@ -72,7 +72,7 @@ TEST(EngineVersions, ReplacedAfterPlanningIsAbortedNamingTheFile) {
     LoadOptions o;
     o.strategy = s;
     o.env = &env;
-    o.direct = DirectIo::kOff;
+    o.direct = Toggle::kOff;
     auto r = testing::load_all({shard}, o);
     ASSERT_FALSE(r.ok()) << strategy_name(s) << " delivered tensors of a replaced file";
     EXPECT_EQ(r.status().code(), Code::kAborted) << strategy_name(s) << ": " << r.status().to_string();
@@ -103,7 +103,7 @@ TEST(EngineVersions, ConcurrentReplacementNeverMixesVersions) {
       LoadOptions o;
       o.strategy = s;
       o.threads = 2;
-      o.direct = DirectIo::kOff;
+      o.direct = Toggle::kOff;
       auto r = testing::load_all({shard}, o);
       if (r.ok()) {
         EXPECT_NE(version_of(*r), -1) << strategy_name(s) << ": tensors match neither version";

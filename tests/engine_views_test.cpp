@@ -84,7 +84,7 @@ TEST(EngineViews, EagerMapsAColdFileInWholeAndACachedOneTensorByTensor) {
     LoadOptions o;
     o.strategy = Strategy::kEager;
     o.file_views = true;
-    o.direct = DirectIo::kOff;  // views even of a cold file
+    o.direct = Toggle::kOff;  // views even of a cold file
     o.env = &env;
     std::vector<LoadedTensor> kept;  // held, as a consumer holds what it has not copied yet
     auto r = load_files({p}, o, [&](LoadedTensor&& t) {
@@ -196,7 +196,7 @@ TEST(EngineSelect, OnlySelectedTensorsAreRead) {
   testing::CountingEnv env;
   LoadOptions o;
   o.strategy = Strategy::kStream;
-  o.direct = DirectIo::kOff;
+  o.direct = Toggle::kOff;
   o.env = &env;
   o.select = [](std::string_view n) { return n == "keep"; };
   LoadStats stats;

@@ -242,11 +242,11 @@ TEST_F(FakeGpu, StreamCopyErrorReachesDoneAndFlush) {
 struct Variant {
   const char* name;
   Strategy strategy;
-  DirectIo direct = DirectIo::kOff;
+  Toggle direct = Toggle::kOff;
 };
 const Variant kVariants[] = {{"lazy", Strategy::kLazy},         {"eager", Strategy::kEager},
                              {"threads", Strategy::kThreads},   {"prefetch", Strategy::kPrefetch},
-                             {"stream", Strategy::kStream},     {"stream-direct", Strategy::kStream, DirectIo::kOn},
+                             {"stream", Strategy::kStream},     {"stream-direct", Strategy::kStream, Toggle::kOn},
                              {"auto", Strategy::kAuto}};
 
 TEST_F(FakeGpu, StreamDeviceLoadsEqualHostLoadsForEveryStrategy) {
@@ -261,7 +261,7 @@ TEST_F(FakeGpu, StreamDeviceLoadsEqualHostLoadsForEveryStrategy) {
   ASSERT_TRUE(want.ok()) << want.status().to_string();
   for (bool one : {true, false}) {
     for (const Variant& v : kVariants) {
-      auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gpu::Gds::kOff, .one_allocation = one});
+      auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff, .one_allocation = one});
       ASSERT_TRUE(dest.ok()) << dest.status().to_string();
       LoadOptions o;
       o.strategy = v.strategy;
@@ -293,8 +293,8 @@ TEST_F(FakeGpu, StreamShardedDeviceLoadsEqualShardedHostLoads) {
     host.shard_rules = {*parse_shard_rule("*.big:0"), *parse_shard_rule("*.rows:1"), *parse_shard_rule("c.wide:1")};
     auto want = load_all(files, host);
     ASSERT_TRUE(want.ok()) << want.status().to_string();
-    for (const Variant& v : kVariants) for (gpu::Gds gds : {gpu::Gds::kOff, gpu::Gds::kOn}) {
-      if (gds == gpu::Gds::kOn && v.strategy != Strategy::kStream) continue;  // GDS serves the stream strategy
+    for (const Variant& v : kVariants) for (Toggle gds : {Toggle::kOff, Toggle::kOn}) {
+      if (gds == Toggle::kOn && v.strategy != Strategy::kStream) continue;  // GDS serves the stream strategy
       auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gds});
       ASSERT_TRUE(dest.ok());
       LoadOptions o = host;
@@ -303,7 +303,7 @@ TEST_F(FakeGpu, StreamShardedDeviceLoadsEqualShardedHostLoads) {
       o.destination = dest->get();
       auto got = load_back(files, o);
       ASSERT_TRUE(got.ok()) << v.name << ": " << code_name(got.status().code()) << got.status().to_string();
-      EXPECT_EQ(*got, *want) << v.name << " rank " << rank << " gds " << gpu::gds_name(gds);
+      EXPECT_EQ(*got, *want) << v.name << " rank " << rank << " gds " << toggle_name(gds);
     }
   }
   EXPECT_EQ(stats().slot_overwrites.load(), 0u);
@@ -361,7 +361,7 @@ TEST_F(FakeGpu, StreamOrderedDeliversInCheckpointOrder) {
   install({.copy_delay = std::chrono::microseconds(100)});
   TempDir dir;
   auto files = make_checkpoint(dir);
-  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gpu::Gds::kOff});
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
   ASSERT_TRUE(dest.ok());
   LoadOptions o;
   o.strategy = Strategy::kStream;
@@ -379,7 +379,7 @@ TEST_F(FakeGpu, StreamCancelMidLoadReturnsEverySlot) {
   TempDir dir;
   auto files = make_checkpoint(dir);
   for (Strategy s : {Strategy::kStream, Strategy::kLazy, Strategy::kEager}) {
-    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gpu::Gds::kOff});
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
     ASSERT_TRUE(dest.ok());
     LoadOptions o;
     o.strategy = s;
@@ -404,7 +404,7 @@ TEST_F(FakeGpu, StreamCopyErrorFailsTheLoadAndTheNextLoadWorks) {
   auto files = make_checkpoint(dir);
   for (Strategy s : {Strategy::kStream, Strategy::kLazy}) {
     install({.fail_copy_at = 5});
-    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gpu::Gds::kOff});
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
     ASSERT_TRUE(dest.ok());
     LoadOptions o;
     o.strategy = s;
@@ -439,7 +439,7 @@ TEST_F(FakeGpu, StreamGdsReadsStraightIntoDeviceMemory) {
   TempDir dir;
   auto files = make_checkpoint(dir);
   auto want = load_all(files, {});
-  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gpu::Gds::kOn});
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOn});
   ASSERT_TRUE(dest.ok());
   LoadOptions o;
   o.destination = dest->get();
@@ -461,7 +461,7 @@ TEST_F(FakeGpu, StreamGdsRefusedBeforeTheFirstTensorFallsBackToTheRing) {
     auto files = make_checkpoint(dir);
     auto want = load_all(files, {});
     // auto: the ring instead, same bytes, the reason logged.
-    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gpu::Gds::kAuto});
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kAuto});
     ASSERT_TRUE(dest.ok());
     LoadOptions o;
     o.destination = dest->get();
@@ -481,7 +481,7 @@ TEST_F(FakeGpu, StreamGdsRefusedBeforeTheFirstTensorFallsBackToTheRing) {
     for (auto& l : log) logged |= l.find("GPUDirect Storage off") != std::string::npos;
     EXPECT_TRUE(logged);
     // on: the load fails before any tensor is handed over.
-    auto strict = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gpu::Gds::kOn});
+    auto strict = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOn});
     o.destination = strict->get();
     int delivered = 0;
     auto r = load_files(files, o, [&](LoadedTensor&&) {

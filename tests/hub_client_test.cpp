@@ -21,6 +21,7 @@
 #include "weightlift/http.h"
 #include "weightlift/io.h"
 #include "weightlift/hub.h"
+#include "weightlift/loader.h"
 
 extern char** environ;
 
@@ -335,13 +336,19 @@ TEST_F(HubServerTest, WriteFaultsLeaveNoFileUnderAFinalName) {
 }
 
 TEST_F(HubServerTest, LoadWhileDownloadingFillsTheCacheAndTheTensors) {
+  // One pass from an empty cache: the source serves the files while they download.
   std::vector<std::string> names;
-  auto r = load_from_hub("org/sharded", "main", o_, LoadOptions{.strategy = Strategy::kStream},
-                         [&](LoadedTensor&& t) {
-                           names.push_back(t.name);
-                           return Status::Ok();
-                         });
+  auto source = HubSource::start("org/sharded", "main", o_);
+  ASSERT_TRUE(source.ok()) << source.status().to_string();
+  LoadOptions lo{.strategy = Strategy::kStream};
+  lo.env = (*source)->env();
+  auto r = load_files((*source)->weight_files(), lo, [&](LoadedTensor&& t) {
+    names.push_back(t.name);
+    return Status::Ok();
+  });
+  Status finished = (*source)->finish();
   ASSERT_TRUE(r.ok()) << r.status().to_string();
+  ASSERT_TRUE(finished.ok()) << finished.to_string();
   EXPECT_EQ(r->tensors, 2u);  // the index's two shards, not consolidated.safetensors
   const std::string storage = o_.cache_dir + "/models--org--sharded";
   const std::string snap = storage + "/snapshots/" + read_bytes(storage + "/refs/main");

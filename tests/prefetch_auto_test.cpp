@@ -95,8 +95,11 @@ TEST(Prefetch, AutoPolicy) {
     FakeSystemInfo sys;
     sys.mounts_text = std::string("/dev/a / ext4 rw 0 0\nsrv:/x ") + dir.path() + " " + c.fstype + " rw 0 0\n";
     sys.meminfo_text = "MemAvailable: " + std::to_string(c.avail_kb) + " kB\n";
-    auto d = decide_auto({f}, Env::Default(), &sys);
-    ASSERT_TRUE(d.ok()) << d.status().to_string();
+    auto facts = file_facts({f}, Env::Default(), &sys);
+    auto path = choose(ReadRequest{.first_file = f}, *facts);
+    ASSERT_TRUE(path.ok()) << path.status().to_string();
+    ASSERT_TRUE(path->prefetch.has_value());
+    const AutoDecision* d = &*path->prefetch;
     EXPECT_EQ(d->prefetch, c.prefetch) << c.fstype << " " << c.avail_kb;
     EXPECT_EQ(d->fstype, c.fstype);
     EXPECT_EQ(d->checkpoint_bytes, 9000u);

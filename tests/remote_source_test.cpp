@@ -57,11 +57,13 @@ TEST(RemoteSource, ScatterReadOfALocalFileFillsEveryPart) {
 TEST(RemoteSource, AutoPicksStreamForUrlsWithoutAsking) {
   FakeSystemInfo sys;  // no /proc files at all: a URL must not need them
   for (const char* url : {"s3://b/m/model.safetensors", "gs://b/x.safetensors", "https://h/x.safetensors"}) {
-    auto d = decide_auto({url}, /*env=*/nullptr, &sys);
+    auto facts = file_facts({url}, /*env=*/nullptr, &sys);
+    auto d = choose(ReadRequest{.source = SourceKind::kRemote, .first_file = url}, *facts);
     ASSERT_TRUE(d.ok()) << url << ": " << d.status().to_string();
-    EXPECT_TRUE(d->stream) << url;
-    EXPECT_FALSE(d->prefetch);
-    EXPECT_NE(d->reason.find("auto: stream ("), std::string::npos) << d->reason;
+    EXPECT_TRUE(d->strategy == Strategy::kStream) << url;
+    EXPECT_FALSE(d->strategy == Strategy::kPrefetch);
+    ASSERT_EQ(d->log.size(), 1u);
+    EXPECT_NE(d->log[0].find("auto: stream ("), std::string::npos) << d->log[0];
   }
 }
 

@@ -25,6 +25,7 @@
 #include "weightlift/hub.h"
 #include "weightlift/loader.h"
 #include "weightlift/progress.h"
+#include "weightlift/read_path.h"
 #include "weightlift/synth.h"
 #include "weightlift/weight_files.h"
 
@@ -150,11 +151,11 @@ int run_load(const LoadArgs& a) {
     if (!ids.ok()) return usage_error(ids.status().message());
     opt.local_experts = *ids;
   }
-  opt.direct = a.direct == "on" ? DirectIo::kOn : a.direct == "off" ? DirectIo::kOff : DirectIo::kAuto;
+  opt.direct = toggle_from_name(a.direct).value_or(Toggle::kAuto);
 
   auto device = parse_device(a.device);
   if (!device.ok()) return usage_error(device.status().message());
-  auto gds = gpu::gds_from_name(a.gds);
+  auto gds = toggle_from_name(a.gds);
   if (!gds) return usage_error(fmt::format("bad --gds '{}' (expected auto, on or off)", a.gds));
   if (a.dummy && device->kind != DeviceKind::kCpu) return usage_error("--dummy fills host memory; drop --device");
   // Where the tensors land: host memory (the engine's choice), pinned or CUDA.
@@ -203,13 +204,18 @@ int run_load(const LoadArgs& a) {
     pre = std::move(*p);
     opt.destination = pre->dest.get();
   }
+  // Files still downloading: the read path for files that arrive as they are read (choose()).
   bool downloading = false;
   for (auto& s : sources) downloading |= !s->pending().empty();
-  // While downloading, each tensor is a view of the cache's partial file once
-  // its bytes arrived (no second copy); into a destination, parallel readers.
-  if (downloading && opt.strategy == Strategy::kAuto) {
-    opt.file_views = opt.destination == nullptr;
-    opt.strategy = opt.file_views ? Strategy::kLazy : Strategy::kStream;
+  if (downloading) {
+    ReadRequest rq = read_request(files, opt);
+    rq.source = SourceKind::kArriving;
+    rq.gds = Toggle::kOff;  // the engine weighs GPUDirect Storage with the first file in hand
+    GivenFacts unknown;     // nothing to ask of files that are still arriving
+    auto path = choose(rq, unknown);
+    if (!path.ok()) return fail(path.status());
+    opt.strategy = path->strategy;
+    opt.file_views = path->file_views;
   }
   const bool leader = a.tp_rank == 0 && a.rank == 0 && (!world || world->rank() == 0);
   const bool show = leader && !a.no_progress;

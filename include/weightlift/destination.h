@@ -28,6 +28,7 @@
 #include "weightlift/device.h"
 #include "weightlift/dtype.h"
 #include "weightlift/io.h"
+#include "weightlift/read_path.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 
@@ -88,17 +89,20 @@ class Uploader {
   // Wakes every acquire() with kCancelled; in-flight copies still complete.
   virtual void cancel() = 0;
 
-  // GPUDirect Storage (gpu.h). Asked once per load, before its first tensor
-  // is handed over, with the load's first file: true when read_direct()
-  // serves this load's reads, false to stage them through the ring (`why`
-  // then says why). An error (GDS required but unusable) fails the load.
-  virtual Result<bool> use_direct(const RandomAccessFile& probe, std::string* why) {
+  // GPUDirect Storage (gpu.h). The wish for it (the destination's option;
+  // kOff for an uploader without direct reads), which choose() weighs.
+  virtual Toggle direct_wish() const { return Toggle::kOff; }
+  // Whether read_direct() can read `probe` (the load's first file, opened
+  // with O_DIRECT): OK, or the reason it cannot.
+  virtual Status direct_support(const RandomAccessFile& probe) {
     (void)probe;
-    *why = "this uploader has no direct reads";
-    return false;
+    return Status::Unimplemented("this uploader has no direct reads");
   }
+  // The load's decision, before its first tensor is handed over: read_direct()
+  // serves its reads (`on`), or they are staged through the ring (`why` says why).
+  virtual void direct_chosen(bool on, const std::string& why) { (void)on, (void)why; }
   // n bytes of `file` at file_offset straight into device memory at dst;
-  // only after use_direct() returned true. Thread-safe; an error fails the
+  // only after direct_chosen(true). Thread-safe; an error fails the
   // load (there is no fallback once tensors were handed over).
   virtual Status read_direct(const RandomAccessFile& file, uint64_t file_offset, std::byte* dst, uint64_t n) {
     (void)file, (void)file_offset, (void)dst, (void)n;

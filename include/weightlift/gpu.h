@@ -26,10 +26,11 @@
 // on two streams; an event per slot returns it to the ring once its copies
 // have completed, and a tensor is handed over when its last copy has. Peak
 // host memory of a device load is the ring plus the engine's bookkeeping.
-// GPUDirect Storage (Gds): cuFile reads straight from the file into device
-// memory. With kAuto it is used when cuFile is present and the first file's
-// filesystem accepts it; the decision, and the fallback to the ring, is made
-// before the first tensor is handed over, and holds for the whole load.
+// GPUDirect Storage (CudaOptions::gds): cuFile reads straight from the file
+// into device memory. With Toggle::kAuto it is used when cuFile is present and
+// the first file's filesystem accepts it; the decision (choose(),
+// read_path.h), and the fallback to the ring, is made before the first tensor
+// is handed over, and holds for the whole load.
 //
 // Threading: everything here is thread-safe. Device memory is freed when the
 // last TensorView sharing it is gone.
@@ -91,15 +92,10 @@ Status set_ring_options(const RingOptions& options);
 
 // ---- destinations ---------------------------------------------------------------
 
-enum class Gds { kAuto, kOn, kOff };
-// "auto", "on", "off"; nullopt otherwise.
-std::optional<Gds> gds_from_name(std::string_view name);
-std::string_view gds_name(Gds gds);
-
 struct CudaOptions {
   // kOn: a load fails (before its first tensor) when GPUDirect Storage
   // cannot be used; kAuto falls back to the ring; kOff never tries it.
-  Gds gds = Gds::kAuto;
+  Toggle gds = Toggle::kAuto;
   // true: Destination::reserve() takes one device allocation for the whole
   // load and every tensor is a view sharing it (freed with the last view);
   // false, or tensors the reservation did not cover: one allocation each.

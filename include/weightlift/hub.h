@@ -44,7 +44,6 @@
 
 #include "weightlift/http.h"
 #include "weightlift/io.h"
-#include "weightlift/load_options.h"
 #include "weightlift/lock.h"
 #include "weightlift/status.h"
 
@@ -224,13 +223,6 @@ class HubSource {
   explicit HubSource(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };
-
-// One pass from an empty (or partial, or full) cache to loaded tensors:
-// HubSource::start + load_files(weight_files) + finish(). The result is the
-// first error (the load's, else a blob's), even when tensors were already
-// handed to `sink`. load.env is ignored (the overlay serves the files).
-Result<LoadStats> load_from_hub(const std::string& repo_id, const std::string& revision, const HubOptions& hub,
-                                const LoadOptions& load, const std::function<Status(LoadedTensor&&)>& sink);
 
 // ---- ModelScope ----------------------------------------------------------------
 // modelscope's snapshot_download subset: GET

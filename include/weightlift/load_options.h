@@ -1,7 +1,9 @@
 // weightlift/load_options.h: the loading engine's vocabulary -- what a load
 // is asked to do (LoadOptions), what it hands over (LoadedTensor), how far it
 // got (LoadProgress) and what ran (LoadStats). The entry point, load_files(),
-// is in loader.h; the strategies are described there and in docs/engine.md.
+// is in loader.h; the strategies are described there and in docs/engine.md;
+// the modes (Strategy, Toggle) and how a load's read path is chosen are in
+// read_path.h.
 #pragma once
 
 #include <cstdint>
@@ -15,18 +17,13 @@
 #include "weightlift/collective.h"
 #include "weightlift/destination.h"
 #include "weightlift/io.h"
+#include "weightlift/read_path.h"
 #include "weightlift/shard.h"
 #include "weightlift/status.h"
 #include "weightlift/system.h"
 #include "weightlift/tensor.h"
 
 namespace wl {
-
-enum class Strategy { kLazy, kEager, kPrefetch, kAuto, kThreads, kStream };
-
-// "lazy", "eager", "prefetch", "auto", "threads", "stream"; nullopt when unknown.
-std::optional<Strategy> strategy_from_name(std::string_view name);
-std::string_view strategy_name(Strategy s);
 
 struct LoadedTensor {
   std::string name;
@@ -41,8 +38,6 @@ struct LoadProgress {
   uint64_t tensors_done = 0, tensors_total = 0;
   uint64_t files_done = 0, files_total = 0;
 };
-
-enum class DirectIo { kAuto, kOn, kOff };
 
 struct LoadOptions {
   Strategy strategy = Strategy::kAuto;
@@ -72,7 +67,7 @@ struct LoadOptions {
   uint64_t max_memory = 0;
   // stream: O_DIRECT. kAuto uses it when under half of a sample of the
   // files' pages is in the page cache.
-  DirectIo direct = DirectIo::kAuto;
+  Toggle direct = Toggle::kAuto;
   // Where each tensor's bytes go (not owned). nullptr: host memory of the
   // engine's choosing (it may then share one buffer between the tensors of a
   // file: eager, threads; of a load: distributed). Every strategy honours it; the engine calls its
@@ -141,5 +136,9 @@ struct LoadStats {
   // collective (their exchange blocks, padding included).
   uint64_t bytes_exchanged = 0;
 };
+
+// The read-path request of a load_files() call (read_path.h): the source
+// from files[0], the destination and its GDS wish from options.destination.
+ReadRequest read_request(const std::vector<std::string>& files, const LoadOptions& options);
 
 }  // namespace wl

@@ -1,6 +1,7 @@
-// weightlift/prefetch.h: page-cache prefetch and the `auto` strategy policy
-// (the reference's: prefetch on a network filesystem when the checkpoint fits
-// in 90% of available RAM, else lazy).
+// weightlift/prefetch.h: page-cache prefetch and the prefetch rule of the
+// `auto` strategy (the reference's: prefetch on a network filesystem when the
+// checkpoint fits in 90% of available RAM, else lazy), which choose()
+// (read_path.h) consults.
 //
 // System facts come through SystemInfo (weightlift/system.h) so tests can
 // feed fakes. Functions are thread-safe; Prefetcher is used from one thread.
@@ -28,7 +29,6 @@ Result<uint64_t> checkpoint_size_bytes(const std::vector<std::string>& files, En
 
 struct AutoDecision {
   bool prefetch = false;
-  bool stream = false;  // remote sources (URLs): parallel ranged reads (the stream strategy)
   std::string fstype;
   uint64_t checkpoint_bytes = 0;
   uint64_t available_bytes = 0;
@@ -40,12 +40,6 @@ struct AutoDecision {
 // explicit "prefetch") always prefetches, warning when it does not fit.
 AutoDecision decide_prefetch(std::string fstype, uint64_t checkpoint_bytes, uint64_t available_bytes,
                              bool requested = false);
-// The `auto` policy over the first file's filesystem. A URL (http(s), s3, gs)
-// is a remote source: `stream` (parallel ranged reads under the memory cap),
-// decided without a request; object stores are never prefetched into the
-// page cache.
-Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env = Env::Default(),
-                                 SystemInfo* sys = SystemInfo::Default());
 
 struct PrefetchOptions {
   int threads = kDefaultPrefetchThreads;       // >= 1

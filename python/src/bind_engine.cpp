@@ -38,6 +38,7 @@
 #include "weightlift/loader.h"
 #include "weightlift/prefetch.h"
 #include "weightlift/quant_config.h"
+#include "weightlift/read_path.h"
 #include "weightlift/remap.h"
 #include "weightlift/shard.h"
 #include "weightlift/system.h"
@@ -80,14 +81,11 @@ struct PyLoadOptions {
                                         "' (expected lazy, eager, prefetch, auto, threads or stream)"));
     o.strategy = *v;
   }
-  std::string direct() const {
-    return o.direct == wl::DirectIo::kOn ? "on" : o.direct == wl::DirectIo::kOff ? "off" : "auto";
-  }
+  std::string direct() const { return std::string(wl::toggle_name(o.direct)); }
   void set_direct(const std::string& d) {
-    if (d == "auto") o.direct = wl::DirectIo::kAuto;
-    else if (d == "on") o.direct = wl::DirectIo::kOn;
-    else if (d == "off") o.direct = wl::DirectIo::kOff;
-    else raise(wl::Status::InvalidArgument("direct must be auto, on or off, not '" + d + "'"));
+    auto t = wl::toggle_from_name(d);
+    if (!t) raise(wl::Status::InvalidArgument("direct must be auto, on or off, not '" + d + "'"));
+    o.direct = *t;
   }
   std::string order() const {
     switch (o.order) {
@@ -362,6 +360,58 @@ wl::JsonDownloader hub_downloader(std::optional<bool> offline) {
   };
 }
 
+// The read path of a request described by keywords (choose(), read_path.h).
+// Facts given here (Python's patchable filesystem helpers) win; the others
+// are found out from the files. Returns {"strategy", "direct", "file_views",
+// "gds", "max_memory", "log" (reason lines), "warn"}.
+nb::dict choose_read_path(const std::vector<std::string>& files, const std::string& strategy, bool file_views,
+                          const std::string& direct, const std::string& device, bool caller_memory,
+                          const std::string& gds, bool distributed, bool arriving, uint64_t max_memory,
+                          std::optional<std::string> fs_type, std::optional<uint64_t> checkpoint_bytes,
+                          std::optional<uint64_t> available_bytes, std::optional<double> cached_fraction) {
+  wl::ReadRequest r;
+  auto s = wl::strategy_from_name(strategy);
+  if (!s) raise(wl::Status::InvalidArgument("unknown strategy '" + strategy + "'"));
+  auto d = wl::toggle_from_name(direct), g = wl::toggle_from_name(gds);
+  if (!d) raise(wl::Status::InvalidArgument("direct must be auto, on or off, not '" + direct + "'"));
+  if (!g) raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + gds + "'"));
+  r.device = unwrap(wl::parse_device(device));
+  r.dest = !r.device.host_accessible()                      ? wl::DestKind::kDevice
+           : caller_memory                                  ? wl::DestKind::kCaller
+           : r.device.kind == wl::DeviceKind::kCudaHost ? wl::DestKind::kPinned
+                                                            : wl::DestKind::kHost;
+  if (!files.empty()) r.first_file = files[0];
+  r.source = arriving ? wl::SourceKind::kArriving : wl::is_url(r.first_file) ? wl::SourceKind::kRemote
+                                                                              : wl::SourceKind::kLocal;
+  r.distributed = distributed;
+  r.strategy = *s;
+  r.direct = *d;
+  r.gds = r.dest == wl::DestKind::kDevice ? *g : wl::Toggle::kOff;
+  r.file_views = file_views;
+  r.max_memory = max_memory;
+  wl::Result<wl::ReadPath> path = wl::Status::Internal("not chosen");
+  {
+    nb::gil_scoped_release nogil;
+    auto rest = wl::file_facts(files);
+    wl::GivenFacts facts(rest.get());
+    if (fs_type) facts.fstype = *fs_type;
+    if (checkpoint_bytes) facts.bytes = *checkpoint_bytes;
+    if (available_bytes) facts.available = *available_bytes;
+    if (cached_fraction) facts.cached = cached_fraction;
+    path = wl::choose(r, facts);
+  }
+  wl::ReadPath p = unwrap(std::move(path));
+  nb::dict out;
+  out["strategy"] = std::string(wl::strategy_name(p.strategy));
+  out["direct"] = p.direct;
+  out["file_views"] = p.file_views;
+  out["gds"] = p.gds;
+  out["max_memory"] = p.max_memory;
+  out["log"] = p.log;
+  out["warn"] = p.warn;
+  return out;
+}
+
 }  // namespace
 
 void bind_engine(nb::module_& m) {
@@ -392,7 +442,7 @@ void bind_engine(nb::module_& m) {
                    })
       .def_prop_rw("gds", [](const PyLoadOptions& p) { return p.gds; },
                    [](PyLoadOptions& p, const std::string& v) {
-                     if (v != "auto" && v != "on" && v != "off")
+                     if (!wl::toggle_from_name(v))
                        raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + v + "'"));
                      p.gds = v;
                    })
@@ -414,6 +464,13 @@ void bind_engine(nb::module_& m) {
 
   m.def("load_into", &load_into, "files"_a, "options"_a, "targets"_a);
   m.def("list_tensors", &list_tensors, "files"_a);
+
+  // ---- the read path (read_path.h): one engine call, the same rules as a load ----
+  m.def("choose_read_path", &choose_read_path, "files"_a, "strategy"_a = "auto", "file_views"_a = false,
+        "direct"_a = "auto", "device"_a = "cpu", "caller_memory"_a = false, "gds"_a = "auto",
+        "distributed"_a = false, "arriving"_a = false, "max_memory"_a = 0, "fs_type"_a.none() = nb::none(),
+        "checkpoint_bytes"_a.none() = nb::none(), "available_bytes"_a.none() = nb::none(),
+        "cached_fraction"_a.none() = nb::none());
 
   // ---- prefetch and the system facts it is decided on ----
   m.def(

@@ -20,7 +20,7 @@ std::shared_ptr<void> gpu_destination_option(const nb::dict& engine, wl::LoadOpt
   if (engine.contains("device")) device = nb::cast<std::string>(engine["device"]);
   if (engine.contains("gds")) gds = nb::cast<std::string>(engine["gds"]);
   wl::Device d = unwrap(wl::parse_device(device));
-  auto g = wl::gpu::gds_from_name(gds);
+  auto g = wl::toggle_from_name(gds);
   if (!g) raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + gds + "'"));
   if (d.kind == wl::DeviceKind::kCpu) return nullptr;
   check(wl::gpu::check_device(d));

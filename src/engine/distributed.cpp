@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/rank_plan.h"
+#include "engine/read_facts.h"
 #include "engine/strategies.h"
 #include "weightlift/expert_filter.h"
 
@@ -182,6 +183,7 @@ class Runner {
 
   LoadOptions po_;     // the plan's options: every tensor, this rank's shards
   LoadOptions ro_;     // the reads' options
+  ReadPath path_;      // the reads' path (the stream strategy; O_DIRECT decided once for both parts)
   Plan plan_;
   std::vector<size_t> order_;               // rank-plan index -> plan tensor index
   std::vector<std::optional<std::set<int64_t>>> experts_;  // per rank
@@ -335,13 +337,20 @@ Result<LoadStats> Runner::run() {
                        rp_.cut[static_cast<size_t>(me_) + 1] - rp_.cut[static_cast<size_t>(me_)], rp_.shared_bytes,
                        rp_.rounds, rp_.block >> 10));
 
-  // Reads: the stream strategy, O_DIRECT decided once for both parts.
+  // Reads: the stream strategy, its path chosen once for both parts.
   ro_ = o_;
   ro_.collective = nullptr;
   Status local;
-  auto direct = stream_direct(plan_, o_);
-  if (direct.ok()) direct_ = *direct, ro_.direct = direct_ ? DirectIo::kOn : DirectIo::kOff;
-  else local = direct.status();
+  PlanFacts facts(plan_, files_, o_, &dest_);
+  auto path = choose(read_request(files_, o_), facts);
+  if (path.ok()) {
+    path_ = std::move(*path);
+    direct_ = path_.direct;
+    if (o_.log)
+      for (const auto& line : path_.log) o_.log(line);
+  } else {
+    local = path.status();
+  }
   if (local.ok()) local = setup_exchange();
   scatter_threads_ = o_.threads > 0 ? o_.threads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
   stats.direct_io = direct_;
@@ -355,13 +364,13 @@ Result<LoadStats> Runner::run() {
     own.bytes_total += t.nbytes;
     own.tensors.push_back(std::move(t));
   }
-  LoadOptions oo = ro_;
-  if (o_.max_memory > 0) oo.max_memory = std::max<uint64_t>(o_.max_memory / 2, 1);
+  ReadPath own_path = path_;
+  if (o_.max_memory > 0) own_path.max_memory = std::max<uint64_t>(o_.max_memory / 2, 1);
   LoadStats own_stats;
   Task own_task;
   if (local.ok() && !own.tensors.empty())
     own_task.start([&]() -> Status {
-      Status s = run_stream(own, oo, dest_, *d_, own_stats);
+      Status s = run_stream(own, ro_, own_path, dest_, *d_, own_stats);
       if (!s.ok()) d_->fail(s);
       return s;
     });
@@ -448,9 +457,11 @@ Status Runner::read_slice(uint64_t a, uint64_t b, std::byte* into) {
   ro.log = nullptr;
   ro.max_memory = 0;
   ro.destination = dest.get();
+  ReadPath path = path_;
+  path.max_memory = 0;
   Delivery d(ro, none, p);
   LoadStats st;
-  Status s = run_stream(p, ro, *dest, d, st);
+  Status s = run_stream(p, ro, path, *dest, d, st);
   if (s.ok()) s = d.status();
   bytes_read_ += st.bytes_read;
   return s;

@@ -11,6 +11,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/read_facts.h"
 #include "weightlift/prefetch.h"
 
 namespace wl::engine {
@@ -59,8 +60,8 @@ struct MappedTensor {
   ~MappedTensor() { file->advise(offset, nbytes, Advice::kRelease); }
 };
 
-bool as_view(const PlannedTensor& t, const LoadOptions& o) {
-  return o.file_views && o.destination == nullptr && !t.shard && t.file_offset.has_value();
+bool as_view(const PlannedTensor& t, const ReadPath& path) {
+  return path.file_views && !t.shard && t.file_offset.has_value();
 }
 
 // Hands a tensor over as a view of `file` (a private mapping). With
@@ -97,12 +98,13 @@ void will_need(const Plan& plan, const PlanFile& pf, const RandomAccessFile& fil
   }
 }
 
-Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& dest, Delivery& d) {
+Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, const ReadPath& path, Destination& dest,
+                      Delivery& d) {
   PlanFile& pf = plan.files[fi];
   // The data is read from the planned version of the file: whole tensors with
   // pread (a file truncated under us is an error, not SIGBUS), shards cut out
   // of the mapping; with file_views, whole tensors are views of a private mapping.
-  const bool views = o.file_views && o.destination == nullptr;
+  const bool views = path.file_views;
   WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, views ? FileMode::kMmapPrivate : FileMode::kMmap));
   file->advise(0, file->size(), Advice::kSequential);
   // Readahead hints walk the whole file: only where part of it is not cached.
@@ -112,7 +114,7 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& 
   for (size_t ti : pf.tensors) {
     if (d.stopped()) break;
     const PlannedTensor& t = plan.tensors[ti];
-    if (as_view(t, o)) {
+    if (as_view(t, path)) {
       WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/true));
       continue;
     }
@@ -139,10 +141,10 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, Destination& 
 
 // Reads the whole file with one read; tensors stored contiguously view that
 // buffer, the others come from the reader.
-Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination& dest, Delivery& d,
-                       uint64_t* bytes_read) {
+Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, const ReadPath& path, Destination& dest,
+                       Delivery& d, uint64_t* bytes_read) {
   PlanFile& pf = plan.files[fi];
-  if (o.file_views && o.destination == nullptr) {
+  if (path.file_views) {
     // The whole file is read in before its first tensor only where it is not
     // in the page cache already (the point of eager is one sequential read);
     // a cached file's tensors are handed over as lazy hands them over.
@@ -154,7 +156,7 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
     for (size_t ti : pf.tensors) {
       if (d.stopped()) return d.status();
       const PlannedTensor& t = plan.tensors[ti];
-      if (as_view(t, o)) {
+      if (as_view(t, path)) {
         WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/cached));
         continue;
       }
@@ -197,45 +199,24 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, Destination&
 
 int default_threads(const LoadOptions& o) { return o.threads > 0 ? o.threads : 8; }
 
-// The memory cap of the stream that serves file views out of cold files.
-constexpr uint64_t kColdViewsMemory = uint64_t{256} << 20;
-
-// File views want the files in the page cache. When most of a sample of
-// their pages is not there (and every tensor lies whole in its file), N
-// threads of O_DIRECT reads into memory (the stream strategy) beat filling
-// the cache by faults at one readahead stream's pace. direct == kOff (never
-// bypass the page cache, e.g. while a prefetch fills it) keeps the views.
-bool views_from_cold_files(const Plan& plan, Strategy s, const LoadOptions& o) {
-  if (!o.file_views || o.destination != nullptr || o.direct == DirectIo::kOff) return false;
-  if (s != Strategy::kLazy && s != Strategy::kEager && s != Strategy::kThreads) return false;
-  for (const auto& t : plan.tensors)
-    if (!t.file_offset) return false;
-  double hits = 0;
-  int n = 0;
-  for (size_t fi = 0; fi < plan.files.size() && fi < 4; ++fi) {
-    auto f = open_data(plan.files[fi], o.env, FileMode::kPread);
-    if (!f.ok()) continue;
-    double r = (*f)->cached_fraction();
-    if (r >= 0) hits += r, ++n;
-  }
-  return n > 0 && hits / n < 0.5;
-}
-
 }  // namespace
 
-Status run_lazy(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
-  for (size_t fi = 0; fi < plan.files.size(); ++fi) WL_RETURN_IF_ERROR(load_file_lazy(plan, fi, o, dest, d));
+Status run_lazy(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
+                LoadStats& stats) {
+  for (size_t fi = 0; fi < plan.files.size(); ++fi) WL_RETURN_IF_ERROR(load_file_lazy(plan, fi, o, path, dest, d));
   for (auto& t : plan.tensors) stats.bytes_read += t.nbytes;
   return Status();
 }
 
-Status run_eager(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
+Status run_eager(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
+                 LoadStats& stats) {
   for (size_t fi = 0; fi < plan.files.size(); ++fi)
-    WL_RETURN_IF_ERROR(load_file_eager(plan, fi, o, dest, d, &stats.bytes_read));
+    WL_RETURN_IF_ERROR(load_file_eager(plan, fi, o, path, dest, d, &stats.bytes_read));
   return Status();
 }
 
-Status run_threads(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
+Status run_threads(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
+                   LoadStats& stats) {
   const int n = std::min<int>(default_threads(o), static_cast<int>(std::max<size_t>(plan.files.size(), 1)));
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> read_total{0};
@@ -246,8 +227,8 @@ Status run_threads(Plan& plan, const LoadOptions& o, Destination& dest, Delivery
       uint64_t r = 0;
       // With file_views a worker maps its file tensor by tensor (as lazy), so
       // N workers hold N tensors, not N files, ahead of the consumer.
-      Status s = o.file_views && o.destination == nullptr ? load_file_lazy(plan, fi, o, dest, d)
-                                                         : load_file_eager(plan, fi, o, dest, d, &r);
+      Status s = path.file_views ? load_file_lazy(plan, fi, o, path, dest, d)
+                                 : load_file_eager(plan, fi, o, path, dest, d, &r);
       read_total += r;
       if (!s.ok()) {
         d.fail(s);
@@ -262,8 +243,8 @@ Status run_threads(Plan& plan, const LoadOptions& o, Destination& dest, Delivery
   return d.status();
 }
 
-Status run_prefetch(Plan& plan, const std::vector<std::string>& files, const LoadOptions& o, Destination& dest,
-                    Delivery& d, LoadStats& stats) {
+Status run_prefetch(Plan& plan, const std::vector<std::string>& files, const LoadOptions& o, const ReadPath& path,
+                    Destination& dest, Delivery& d, LoadStats& stats) {
   PrefetchOptions po;
   po.threads = o.threads > 0 ? o.threads : kDefaultPrefetchThreads;
   po.block_size = o.block_size > 0 ? o.block_size : kDefaultPrefetchBlockSize;
@@ -272,16 +253,15 @@ Status run_prefetch(Plan& plan, const std::vector<std::string>& files, const Loa
   po.env = o.env;
   po.log = o.log;
   WL_ASSIGN_OR_RETURN(auto pre, Prefetcher::start(files, po));
-  Status st = run_lazy(plan, o, dest, d, stats);
+  Status st = run_lazy(plan, o, path, dest, d, stats);
   pre.reset();
   return st;
 }
 
-Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, const LoadOptions& o,
+Result<LoadStats> run_load(const std::vector<std::string>& files, const LoadOptions& o,
                            const std::function<Status(LoadedTensor&&)>& sink) {
   auto t0 = std::chrono::steady_clock::now();
   LoadStats stats;
-  stats.strategy = s;
   WL_ASSIGN_OR_RETURN(Plan plan, make_plan(files, o));
   stats.skipped_tensors = plan.skipped;
   Destination& dest = o.destination ? *o.destination : default_destination();
@@ -290,21 +270,20 @@ Result<LoadStats> run_load(const std::vector<std::string>& files, Strategy s, co
     for (const PlannedTensor& t : plan.tensors) requests[t.ordinal] = t.request();
     WL_RETURN_IF_ERROR(dest.reserve(requests));
   }
+  PlanFacts facts(plan, files, o, &dest);
+  WL_ASSIGN_OR_RETURN(ReadPath path, choose(read_request(files, o), facts));
+  if (o.log)
+    for (const auto& line : path.log) o.log(line);
+  stats.strategy = path.strategy;
   Delivery d(o, sink, plan);
   Status st;
-  LoadOptions stream_opts = o;
-  if (views_from_cold_files(plan, s, o)) {
-    s = stats.strategy = Strategy::kStream;
-    stream_opts.direct = DirectIo::kAuto;
-    if (stream_opts.max_memory == 0) stream_opts.max_memory = kColdViewsMemory;
-  }
-  switch (s) {
-    case Strategy::kPrefetch: st = run_prefetch(plan, files, o, dest, d, stats); break;
+  switch (path.strategy) {
+    case Strategy::kPrefetch: st = run_prefetch(plan, files, o, path, dest, d, stats); break;
     case Strategy::kAuto:
-    case Strategy::kLazy: st = run_lazy(plan, o, dest, d, stats); break;
-    case Strategy::kEager: st = run_eager(plan, o, dest, d, stats); break;
-    case Strategy::kThreads: st = run_threads(plan, o, dest, d, stats); break;
-    case Strategy::kStream: st = run_stream(plan, stream_opts, dest, d, stats); break;
+    case Strategy::kLazy: st = run_lazy(plan, o, path, dest, d, stats); break;
+    case Strategy::kEager: st = run_eager(plan, o, path, dest, d, stats); break;
+    case Strategy::kThreads: st = run_threads(plan, o, path, dest, d, stats); break;
+    case Strategy::kStream: st = run_stream(plan, o, path, dest, d, stats); break;
   }
   if (st.ok()) st = d.status();
   if (!st.ok()) return st;

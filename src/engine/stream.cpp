@@ -61,21 +61,8 @@ struct Piece {
 
 }  // namespace
 
-Result<bool> stream_direct(const Plan& plan, const LoadOptions& o) {
-  if (!plan.files.empty() && is_url(plan.files[0].path)) return false;  // a remote source has no pages
-  if (o.direct != DirectIo::kAuto) return o.direct == DirectIo::kOn;
-  // A sample of the first files' pages: O_DIRECT when under half are cached.
-  double hits = 0;
-  int n = 0;
-  for (size_t fi = 0; fi < plan.files.size() && fi < 8; ++fi) {
-    WL_ASSIGN_OR_RETURN(auto f, open_data(plan.files[fi], o.env, FileMode::kPread));
-    double r = f->cached_fraction();
-    if (r >= 0) hits += r, ++n;
-  }
-  return n > 0 && hits / n < 0.5;
-}
-
-Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery& d, LoadStats& stats) {
+Status run_stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
+                  LoadStats& stats) {
   int threads = o.threads > 0 ? o.threads : 8;
   uint64_t chunk = o.block_size > 0 ? o.block_size : kDefaultChunk;
   Uploader* up = dest.uploader();
@@ -120,28 +107,16 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
   const uint64_t total = pos;
 
   // GPUDirect Storage: decided once, before any tensor is handed over (the
-  // zero-byte ones below included), from the first file; false stages every
-  // read through the ring for the whole load.
-  bool gds = false;
-  if (device && !plan.files.empty()) {
-    WL_ASSIGN_OR_RETURN(auto probe, open_data(plan.files[0], o.env, FileMode::kDirect));
-    std::string why;
-    auto use = up->use_direct(*probe, &why);
-    if (!use.ok()) return Status(use.status()).with_file(plan.files[0].path);
-    gds = *use;
-    if (o.log) o.log(gds ? std::string("stream: GPUDirect Storage (cuFile) reads into device memory")
-                         : "stream: staging through the pinned ring (GPUDirect Storage off: " + why + ")");
-  }
+  // zero-byte ones below included), from the first file (choose()); false
+  // stages every read through the ring for the whole load.
+  const bool gds = device && path.gds;
+  if (device && !plan.files.empty()) up->direct_chosen(gds, path.gds_off);
   // A stopped load (an error, a cancel) wakes readers waiting for a slot.
   if (up) d.on_stop([up] { up->cancel(); });
 
-  // O_DIRECT (cuFile wants O_DIRECT descriptors); kAuto samples the first files' pages.
-  // A remote source has no pages: never sampled, never direct.
+  // O_DIRECT as choose() decided (never for a remote source: it has no pages).
   const bool remote = !plan.files.empty() && is_url(plan.files[0].path);
-  bool direct = !remote && (o.direct == DirectIo::kOn || (gds && o.direct != DirectIo::kOff));
-  if (o.direct == DirectIo::kAuto && !remote) {
-    WL_ASSIGN_OR_RETURN(direct, stream_direct(plan, o));
-  }
+  const bool direct = path.direct;
   // Files open on first use (the planned version, else kAborted) and close
   // once their last tensor is handed over, so thousands of shards never hold
   // thousands of descriptors.
@@ -172,16 +147,17 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
   // Memory: staging (direct only; a device destination stages in its own
   // ring) plus the window of allocated, undelivered tensors.
   uint64_t window = 0;  // 0: unlimited
-  if (o.max_memory > 0) {
+  const uint64_t max_memory = path.max_memory;
+  if (max_memory > 0) {
     if (direct && !device) {
-      uint64_t per = o.max_memory / 2 / static_cast<uint64_t>(threads);
-      while (per < (uint64_t{1} << 20) + 2 * kAlign && threads > 1) per = o.max_memory / 2 / static_cast<uint64_t>(--threads);
+      uint64_t per = max_memory / 2 / static_cast<uint64_t>(threads);
+      while (per < (uint64_t{1} << 20) + 2 * kAlign && threads > 1) per = max_memory / 2 / static_cast<uint64_t>(--threads);
       chunk = std::min(chunk, per > 2 * kAlign ? per - 2 * kAlign : kAlign);
       chunk = std::max<uint64_t>(chunk & ~(kAlign - 1), kAlign);
       uint64_t staging = static_cast<uint64_t>(threads) * (chunk + 2 * kAlign);
-      window = o.max_memory > staging ? o.max_memory - staging : 1;
+      window = max_memory > staging ? max_memory - staging : 1;
     } else {
-      window = o.max_memory;
+      window = max_memory;
       chunk = std::min<uint64_t>(chunk, std::max<uint64_t>(window / 2, kAlign));
     }
   }
@@ -194,7 +170,7 @@ Status run_stream(Plan& plan, const LoadOptions& o, Destination& dest, Delivery&
   if (o.log)
     o.log(fmt::format("stream: {} threads, {} KiB reads, {}, to {}, memory cap {}", threads, chunk >> 10,
                       direct ? "O_DIRECT" : "buffered", dest.device().to_string(),
-                      o.max_memory ? fmt::format("{} MiB", o.max_memory >> 20) : "none"));
+                      max_memory ? fmt::format("{} MiB", max_memory >> 20) : "none"));
 
   // Watermark: stream position of the earliest tensor not yet handed over.
   std::mutex wm_mu;

@@ -97,21 +97,6 @@ void reset_ring_options() {
   g_ring_set.reset();
 }
 
-std::optional<Gds> gds_from_name(std::string_view n) {
-  if (n == "auto") return Gds::kAuto;
-  if (n == "on") return Gds::kOn;
-  if (n == "off") return Gds::kOff;
-  return std::nullopt;
-}
-
-std::string_view gds_name(Gds g) {
-  switch (g) {
-    case Gds::kAuto: return "auto";
-    case Gds::kOn: return "on";
-    case Gds::kOff: return "off";
-  }
-  return "?";
-}
 
 // ---- memory owners ----------------------------------------------------------------------
 
@@ -236,7 +221,7 @@ class CudaDestination;
 // The ring uploader plus GPUDirect Storage for this destination's memory.
 class CudaUploader final : public Uploader {
  public:
-  CudaUploader(std::unique_ptr<RingUploader> ring, CudaDestination* dest, Gds policy, Backend& b, int device)
+  CudaUploader(std::unique_ptr<RingUploader> ring, CudaDestination* dest, Toggle policy, Backend& b, int device)
       : ring_(std::move(ring)), dest_(dest), policy_(policy), direct_(b, device) {}
   uint64_t slot_bytes() const override { return ring_->slot_bytes(); }
   Result<StagingSlot> acquire() override { return ring_->acquire(); }
@@ -246,7 +231,9 @@ class CudaUploader final : public Uploader {
   void release(StagingSlot slot) override { ring_->release(slot); }
   Status flush() override { return ring_->flush(); }
   void cancel() override { ring_->cancel(); }
-  Result<bool> use_direct(const RandomAccessFile& probe, std::string* why) override;
+  Toggle direct_wish() const override { return policy_; }
+  Status direct_support(const RandomAccessFile& probe) override { return direct_.support(probe); }
+  void direct_chosen(bool on, const std::string& why) override;
   Status read_direct(const RandomAccessFile& file, uint64_t offset, std::byte* dst, uint64_t n) override {
     return direct_.read(file, offset, dst, n);
   }
@@ -259,7 +246,7 @@ class CudaUploader final : public Uploader {
  private:
   std::unique_ptr<RingUploader> ring_;
   CudaDestination* dest_;
-  const Gds policy_;
+  const Toggle policy_;
   DirectReader direct_;
   mutable std::mutex mu_;
   std::string status_;
@@ -283,17 +270,15 @@ class CudaDestination final : public ArenaDestination {
   std::unique_ptr<CudaUploader> uploader_;
 };
 
-Result<bool> CudaUploader::use_direct(const RandomAccessFile& probe, std::string* why) {
-  auto r = direct_.decide(probe, policy_, why);
+void CudaUploader::direct_chosen(bool on, const std::string& why) {
   std::lock_guard lk(mu_);
-  if (r.ok() && *r) {
+  if (on) {
     auto [base, n] = dest_->arena_memory();
     if (base) direct_.register_buffer(base, n);
     status_ = "on";
   } else {
-    status_ = fmt::format("off ({})", r.ok() ? *why : r.status().message());
+    status_ = fmt::format("off ({})", why);
   }
-  return r;
 }
 
 }  // namespace

@@ -49,19 +49,9 @@ Result<std::shared_ptr<DirectReader::Handle>> DirectReader::handle_of(const Rand
   return h;
 }
 
-Result<bool> DirectReader::decide(const RandomAccessFile& probe, Gds policy, std::string* why) {
-  if (policy == Gds::kOff) {
-    *why = "gds=off";
-    return false;
-  }
-  Status s;
-  if (!backend_.cufile().fn) s = Status::Unavailable("cuFile is not usable: " + backend_.cufile().reason);
-  else s = handle_of(probe).status();
-  if (s.ok()) return true;
-  if (policy == Gds::kOn)
-    return Status::Unimplemented("gds=on: GPUDirect Storage cannot be used: " + s.message()).with_file(probe.path());
-  *why = s.message();
-  return false;
+Status DirectReader::support(const RandomAccessFile& probe) {
+  if (!backend_.cufile().fn) return Status::Unavailable("cuFile is not usable: " + backend_.cufile().reason);
+  return handle_of(probe).status();
 }
 
 void DirectReader::register_buffer(const std::byte* base, uint64_t n) {

@@ -23,10 +23,9 @@ class DirectReader {
   DirectReader(const DirectReader&) = delete;
   DirectReader& operator=(const DirectReader&) = delete;
 
-  // The decision for a load: true when cuFile is usable and accepts `probe`
-  // (its handle registers). With Gds::kOn a refusal is an error naming the
-  // file ("gds=on: ..."); with kAuto it is false and `why` says why.
-  Result<bool> decide(const RandomAccessFile& probe, Gds policy, std::string* why);
+  // OK when cuFile is usable and accepts `probe` (its handle registers);
+  // else why not (choose() weighs it against the destination's wish).
+  Status support(const RandomAccessFile& probe);
   // Registers device memory that reads will land in (faster DMA); optional.
   void register_buffer(const std::byte* base, uint64_t n);
   // n bytes of `file` at `offset` into device memory at `dst`.

@@ -12,7 +12,6 @@
 #include <fmt/format.h>
 
 #include "hub/hub_internal.h"
-#include "weightlift/loader.h"
 #include "weightlift/lock.h"
 #include "weightlift/weight_files.h"
 
@@ -250,18 +249,6 @@ Result<std::unique_ptr<HubSource>> HubSource::start(const std::string& repo_id, 
   WL_ASSIGN_OR_RETURN(WeightFiles wf, find_weight_files(impl->folder, impl->pending.empty() ? hub_env(o) : impl.get()));
   impl->weights = std::move(wf.files);
   return std::unique_ptr<HubSource>(new HubSource(std::move(impl)));
-}
-
-Result<LoadStats> load_from_hub(const std::string& repo_id, const std::string& revision, const HubOptions& hub,
-                                const LoadOptions& load, const std::function<Status(LoadedTensor&&)>& sink) {
-  WL_ASSIGN_OR_RETURN(auto source, HubSource::start(repo_id, revision, hub));
-  LoadOptions opts = load;
-  opts.env = source->env();
-  auto r = load_files(source->weight_files(), opts, sink);
-  Status rest = source->finish();
-  if (!r.ok()) return r;
-  if (!rest.ok()) return rest;
-  return r;
 }
 
 }  // namespace wl

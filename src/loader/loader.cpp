@@ -1,11 +1,10 @@
-// load_files(): the public face of the engine. Checks the options, resolves
-// `auto` with the page-cache policy, and runs the engine (src/engine/).
+// load_files(): the public face of the engine. Checks the options and runs
+// the engine (src/engine/), which asks choose() for the read path.
 #include "weightlift/loader.h"
 
 #include <fmt/format.h>
 
 #include "engine/strategies.h"
-#include "weightlift/prefetch.h"
 
 namespace wl {
 
@@ -20,24 +19,8 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
     return Status::InvalidArgument(fmt::format("tensor-parallel rank {} is outside [0, {})", o.tp_rank, o.tp_size));
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
     return Status::InvalidArgument(fmt::format("rank {} is outside [0, {})", o.rank, o.world_size));
-  if (o.collective != nullptr) return engine::run_distributed(files, o, sink);  // always streams
-
-  Strategy s = o.strategy;
-  if (s == Strategy::kAuto && o.destination && !o.destination->device().host_accessible()) {
-    if (o.log) o.log("auto: stream (a " + o.destination->device().to_string() + " destination)");
-    s = Strategy::kStream;
-  }
-  if (s == Strategy::kAuto) {
-    auto dec = decide_auto(files, o.env, o.system);
-    if (!dec.ok()) {
-      if (o.log) o.log("auto: lazy (" + dec.status().to_string() + ")");
-      s = Strategy::kLazy;
-    } else {
-      if (o.log) o.log(dec->reason);
-      s = dec->stream ? Strategy::kStream : dec->prefetch ? Strategy::kPrefetch : Strategy::kLazy;
-    }
-  }
-  auto r = engine::run_load(files, s, o, sink);
+  if (o.collective != nullptr) return engine::run_distributed(files, o, sink);
+  auto r = engine::run_load(files, o, sink);
   if (!r.ok()) {
     // A file that a source is still writing may have failed to parse because its bytes are wrong:
     // the source's verdict (a hash mismatch naming the file) is the cause to report.

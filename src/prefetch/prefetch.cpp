@@ -120,25 +120,6 @@ AutoDecision decide_prefetch(std::string fstype, uint64_t checkpoint_bytes, uint
   return d;
 }
 
-Result<AutoDecision> decide_auto(const std::vector<std::string>& files, Env* env, SystemInfo* sys) {
-  if (files.empty()) {
-    AutoDecision d;
-    d.reason = "auto: no files; lazy";
-    return d;
-  }
-  if (is_url(files[0])) {
-    AutoDecision d;
-    d.fstype = std::string(url_scheme(files[0]));
-    d.stream = true;
-    d.reason = fmt::format("auto: stream ({}:// is a remote source: parallel ranged reads into the tensors)", d.fstype);
-    return d;
-  }
-  std::string fstype = filesystem_type(files[0], sys);
-  WL_ASSIGN_OR_RETURN(uint64_t total, checkpoint_size_bytes(files, env));
-  WL_ASSIGN_OR_RETURN(uint64_t avail, available_ram_bytes(sys));
-  return decide_prefetch(std::move(fstype), total, avail);
-}
-
 Status prefetch_files(const std::vector<std::string>& files, const PrefetchOptions& options) {
   WL_RETURN_IF_ERROR(check_options(options));
   return prefetch_impl(files, options, nullptr);

@@ -1,0 +1,280 @@
+// choose() (read_path.h) as a table: one row per rule, each row a request,
+// the facts on hand, and the read path (or error) it must give.
+#include <gtest/gtest.h>
+
+#include <optional>
+#include <string>
+
+#include "weightlift/read_path.h"
+
+namespace wl {
+namespace {
+
+constexpr uint64_t kGiB = uint64_t{1} << 30;
+constexpr uint64_t kColdViewsMemory = uint64_t{256} << 20;
+const Device kCuda0{DeviceKind::kCuda, 0};
+
+// The facts of a row; counts how often each is asked (at most once, and only when a rule needs it).
+struct Facts final : ReadFacts {
+  std::optional<double> cached;  // nullopt: residency cannot be told
+  bool cached_fails = false;
+  std::string fstype = "ext4";
+  uint64_t bytes = kGiB, available = 64 * kGiB;
+  bool bytes_fail = false;
+  std::optional<bool> whole = true;
+  std::string gds_refusal;  // "" = usable
+  int asked[6] = {};
+
+  Result<std::optional<double>> cached_fraction() override {
+    ++asked[0];
+    if (cached_fails) return Status::Aborted("changed since it was planned").with_file("a.safetensors");
+    return cached;
+  }
+  std::string fs_type() override { return ++asked[1], fstype; }
+  Result<uint64_t> checkpoint_bytes() override {
+    ++asked[2];
+    if (bytes_fail) return Status::NotFound("no such file").with_file("a.safetensors");
+    return bytes;
+  }
+  Result<uint64_t> available_memory() override { return ++asked[3], available; }
+  std::optional<bool> contiguous() override { return ++asked[4], whole; }
+  Result<bool> gds_usable(std::string* why) override {
+    ++asked[5];
+    *why = gds_refusal;
+    return gds_refusal.empty();
+  }
+};
+
+struct Row {
+  const char* rule;
+  ReadRequest rq;
+  Facts facts;
+  // The path: strategy, O_DIRECT, file views, GDS, memory cap, a log line it contains, a warning.
+  Strategy strategy = Strategy::kLazy;
+  bool direct = false, views = false, gds = false;
+  uint64_t max_memory = 0;
+  const char* log = nullptr;
+  bool warn = false;
+  Code error = Code::kOk;  // or the error instead of a path
+};
+
+ReadRequest local(Strategy s, bool views = false) {
+  return {.first_file = "/m/a.safetensors", .strategy = s, .file_views = views};
+}
+ReadRequest with(ReadRequest r, auto&& edit) {
+  edit(r);
+  return r;
+}
+Facts residency(std::optional<double> cached) {
+  Facts f;
+  f.cached = cached;
+  return f;
+}
+
+std::vector<Row> rows() {
+  std::vector<Row> t;
+  // ---- distributed ----
+  t.push_back({"distributed always streams", with(local(Strategy::kLazy), [](auto& r) { r.distributed = true; }),
+               residency(1.0), Strategy::kStream});
+  // ---- auto ----
+  t.push_back({"auto into device memory streams",
+               with(local(Strategy::kAuto), [](auto& r) { r.dest = DestKind::kDevice, r.device = kCuda0; }),
+               residency(1.0), Strategy::kStream, false, false, false, 0, "auto: stream (a cuda:0 destination)"});
+  t.push_back({"auto on arriving files into engine memory: lazy with file views",
+               with(local(Strategy::kAuto), [](auto& r) { r.source = SourceKind::kArriving; }), {}, Strategy::kLazy,
+               false, true});
+  t.push_back({"auto on arriving files into a destination: stream",
+               with(local(Strategy::kAuto), [](auto& r) { r.source = SourceKind::kArriving, r.dest = DestKind::kCaller; }),
+               {}, Strategy::kStream});
+  t.push_back({"auto with no files: lazy", ReadRequest{}, {}, Strategy::kLazy, false, false, false, 0,
+               "auto: no files; lazy"});
+  t.push_back({"auto on URLs streams",
+               {.source = SourceKind::kRemote, .first_file = "s3://b/m/a.safetensors"}, {}, Strategy::kStream, false,
+               false, false, 0, "auto: stream (s3:// is a remote source"});
+  {
+    Facts nfs;
+    nfs.fstype = "nfs";
+    t.push_back({"auto on a network filesystem that fits: prefetch", local(Strategy::kAuto), nfs, Strategy::kPrefetch,
+                 false, false, false, 0, "auto: prefetch (filesystem nfs"});
+    nfs.available = kGiB;
+    t.push_back({"auto on a network filesystem past 90% of RAM: lazy, warned", local(Strategy::kAuto), nfs,
+                 Strategy::kLazy, false, false, false, 0, "exceeds 90% of RAM", true});
+  }
+  t.push_back({"auto on a local filesystem: lazy", local(Strategy::kAuto), {}, Strategy::kLazy, false, false, false, 0,
+               "not a network filesystem"});
+  {
+    Facts missing;
+    missing.bytes_fail = true;
+    t.push_back({"auto with a fact missing: lazy, the reason logged", local(Strategy::kAuto), missing,
+                 Strategy::kLazy, false, false, false, 0, "auto: lazy (a.safetensors: no such file)"});
+  }
+  // ---- prefetch asked for ----
+  {
+    Facts small;
+    small.available = kGiB;
+    t.push_back({"prefetch asked for past 90% of RAM: prefetch, warned", local(Strategy::kPrefetch), small,
+                 Strategy::kPrefetch, false, false, false, 0, "prefetch requested although", true});
+  }
+  // ---- file views ----
+  t.push_back({"file views into engine memory", local(Strategy::kLazy, true), residency(0.9), Strategy::kLazy, false,
+               true});
+  t.push_back({"no file views into the caller's memory",
+               with(local(Strategy::kLazy, true), [](auto& r) { r.dest = DestKind::kCaller; }), residency(0.9),
+               Strategy::kLazy});
+  t.push_back({"no file views into pinned memory",
+               with(local(Strategy::kEager, true), [](auto& r) { r.dest = DestKind::kPinned; }), residency(0.9),
+               Strategy::kEager});
+  t.push_back({"no file views for the stream strategy", local(Strategy::kStream, true), residency(0.9),
+               Strategy::kStream});
+  t.push_back({"file views while prefetching", local(Strategy::kPrefetch, true), residency(0.0), Strategy::kPrefetch,
+               false, true, false, 0, "prefetch (filesystem ext4"});
+  // ---- cold views ----
+  for (Strategy s : {Strategy::kLazy, Strategy::kEager, Strategy::kThreads})
+    t.push_back({"file views of cold files: stream with O_DIRECT under 256 MiB", local(s, true), residency(0.1),
+                 Strategy::kStream, true, false, false, kColdViewsMemory});
+  t.push_back({"cold views keep the caller's memory cap",
+               with(local(Strategy::kLazy, true), [](auto& r) { r.max_memory = 1 << 20; }), residency(0.1),
+               Strategy::kStream, true, false, false, 1 << 20});
+  t.push_back({"cold views with direct off stay views",
+               with(local(Strategy::kLazy, true), [](auto& r) { r.direct = Toggle::kOff; }), residency(0.1),
+               Strategy::kLazy, false, true});
+  {
+    Facts split = residency(0.1);
+    split.whole = false;
+    t.push_back({"cold views with a tensor not contiguous stay views", local(Strategy::kLazy, true), split,
+                 Strategy::kLazy, false, true});
+    split.whole = std::nullopt;
+    t.push_back({"cold views before planning stay views", local(Strategy::kLazy, true), split, Strategy::kLazy,
+                 false, true});
+  }
+  t.push_back({"cold views when residency cannot be told stay views", local(Strategy::kLazy, true),
+               residency(std::nullopt), Strategy::kLazy, false, true});
+  {
+    Facts broken;
+    broken.cached_fails = true;
+    t.push_back({"cold views when a file cannot be sampled stay views (it fails where it is read)",
+                 local(Strategy::kLazy, true), broken, Strategy::kLazy, false, true});
+  }
+  // ---- O_DIRECT for the stream ----
+  t.push_back({"stream: direct on", with(local(Strategy::kStream), [](auto& r) { r.direct = Toggle::kOn; }),
+               residency(1.0), Strategy::kStream, true});
+  t.push_back({"stream: direct off", with(local(Strategy::kStream), [](auto& r) { r.direct = Toggle::kOff; }),
+               residency(0.0), Strategy::kStream, false});
+  t.push_back({"stream: direct auto on cold files", local(Strategy::kStream), residency(0.3), Strategy::kStream, true});
+  t.push_back({"stream: direct auto on warm files", local(Strategy::kStream), residency(0.7), Strategy::kStream,
+               false});
+  t.push_back({"stream: direct auto when residency cannot be told", local(Strategy::kStream), residency(std::nullopt),
+               Strategy::kStream, false});
+  t.push_back({"stream: never direct for URLs",
+               {.source = SourceKind::kRemote, .first_file = "https://h/a.safetensors", .strategy = Strategy::kStream,
+                .direct = Toggle::kOn},
+               {}, Strategy::kStream, false});
+  {
+    Facts broken;
+    broken.cached_fails = true;
+    t.push_back({"stream: direct auto when a file cannot be sampled is the file's error", local(Strategy::kStream),
+                 broken, Strategy::kStream, false, false, false, 0, nullptr, false, Code::kAborted});
+  }
+  // ---- GPUDirect Storage ----
+  auto device_stream = [](Toggle gds) {
+    return with(local(Strategy::kStream), [gds](auto& r) {
+      r.dest = DestKind::kDevice, r.device = kCuda0, r.gds = gds, r.direct = Toggle::kOff;
+    });
+  };
+  t.push_back({"GDS off as wished", device_stream(Toggle::kOff), {}, Strategy::kStream, false, false, false, 0,
+               "GPUDirect Storage off: gds=off"});
+  t.push_back({"GDS auto where cuFile reads the file", device_stream(Toggle::kAuto), {}, Strategy::kStream, false,
+               false, true, 0, "GPUDirect Storage (cuFile) reads into device memory"});
+  {
+    Facts refused;
+    refused.gds_refusal = "the filesystem does not support GPUDirect Storage";
+    t.push_back({"GDS auto refused: the ring, the reason logged", device_stream(Toggle::kAuto), refused,
+                 Strategy::kStream, false, false, false, 0, "GPUDirect Storage off: the filesystem does not support"});
+    t.push_back({"GDS on refused: an error naming the file, before any read", device_stream(Toggle::kOn), refused,
+                 Strategy::kStream, false, false, false, 0, nullptr, false, Code::kUnimplemented});
+  }
+  t.push_back({"GDS only into device memory",
+               with(local(Strategy::kStream), [](auto& r) { r.gds = Toggle::kOn, r.direct = Toggle::kOff; }), {},
+               Strategy::kStream});
+  t.push_back({"GDS only for the stream strategy",
+               with(device_stream(Toggle::kOn), [](auto& r) { r.strategy = Strategy::kLazy; }), {}, Strategy::kLazy});
+  return t;
+}
+
+TEST(ReadPath, EveryRule) {
+  for (Row& row : rows()) {
+    SCOPED_TRACE(row.rule);
+    auto p = choose(row.rq, row.facts);
+    for (int n : row.facts.asked) EXPECT_LE(n, 1) << "a fact asked twice";
+    if (row.error != Code::kOk) {
+      ASSERT_FALSE(p.ok());
+      EXPECT_EQ(p.status().code(), row.error) << p.status().to_string();
+      EXPECT_FALSE(p.status().file().empty()) << p.status().to_string();  // names the file
+      continue;
+    }
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ(strategy_name(p->strategy), strategy_name(row.strategy));
+    EXPECT_EQ(p->direct, row.direct);
+    EXPECT_EQ(p->file_views, row.views);
+    EXPECT_EQ(p->gds, row.gds);
+    EXPECT_EQ(p->max_memory, row.max_memory);
+    EXPECT_EQ(p->warn, row.warn);
+    if (row.log) {
+      bool found = false;
+      for (const auto& l : p->log) found |= l.find(row.log) != std::string::npos;
+      EXPECT_TRUE(found) << "no log line with '" << row.log << "' in " << ::testing::PrintToString(p->log);
+    }
+  }
+}
+
+TEST(ReadPath, FactsAreAskedOnlyWhenARuleNeedsThem) {
+  Facts f;
+  ASSERT_TRUE(choose({.source = SourceKind::kRemote, .first_file = "s3://b/a.safetensors"}, f).ok());
+  for (int n : f.asked) EXPECT_EQ(n, 0);  // a URL: no filesystem, memory or residency to ask about
+  Facts g;
+  ASSERT_TRUE(choose(local(Strategy::kLazy), g).ok());
+  for (int n : g.asked) EXPECT_EQ(n, 0);  // lazy without views: nothing to decide
+}
+
+TEST(ReadPath, GdsRequiredButUnusableSaysWhy) {
+  Facts refused;
+  refused.gds_refusal = "cuFile is not usable: libcufile.so.0 not found";
+  ReadRequest rq = local(Strategy::kStream);
+  rq.dest = DestKind::kDevice, rq.device = kCuda0, rq.gds = Toggle::kOn;
+  auto p = choose(rq, refused);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().message(), "gds=on: GPUDirect Storage cannot be used: cuFile is not usable: libcufile.so.0 not found");
+  EXPECT_EQ(p.status().file(), "/m/a.safetensors");
+}
+
+TEST(ReadPath, GivenFactsFallBackToTheRest) {
+  Facts rest;
+  rest.fstype = "lustre";
+  GivenFacts given(&rest);
+  given.bytes = 10;
+  given.available = 100;
+  auto p = choose(local(Strategy::kAuto), given);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->strategy, Strategy::kPrefetch);  // lustre (from the rest), 10 bytes of 100 (given)
+  ASSERT_TRUE(p->prefetch.has_value());
+  EXPECT_EQ(p->prefetch->fstype, "lustre");
+  EXPECT_EQ(p->prefetch->checkpoint_bytes, 10u);
+  EXPECT_EQ(rest.asked[2], 0);  // the given size, not the rest's
+  GivenFacts none;  // nothing known: lazy, the missing fact named
+  auto q = choose(local(Strategy::kAuto), none);
+  ASSERT_TRUE(q.ok());
+  EXPECT_EQ(q->strategy, Strategy::kLazy);
+  EXPECT_NE(q->log[0].find("auto: lazy (the checkpoint's size is not known)"), std::string::npos) << q->log[0];
+}
+
+TEST(ReadPath, ModeNames) {
+  for (Strategy s : {Strategy::kLazy, Strategy::kEager, Strategy::kPrefetch, Strategy::kAuto, Strategy::kThreads,
+                     Strategy::kStream})
+    EXPECT_EQ(strategy_from_name(strategy_name(s)), s);
+  for (Toggle t : {Toggle::kAuto, Toggle::kOn, Toggle::kOff}) EXPECT_EQ(toggle_from_name(toggle_name(t)), t);
+  EXPECT_FALSE(strategy_from_name("fast").has_value());
+  EXPECT_FALSE(toggle_from_name("yes").has_value());
+}
+
+}  // namespace
+}  // namespace wl
