@@ -51,12 +51,14 @@ struct WriteFault {
   std::optional<uint64_t> enospc_after_bytes; // writes fail with ENOSPC once this many bytes were written (all files)
   int rename_errno = 0;                       // rename() onto a matching path fails with this errno
   int symlink_errno = 0;                      // symlink() at a matching path fails with this errno
+  int lock_errno = 0;                         // open_lock() at a matching path fails with this errno
 };
 
 struct FaultCounters {
   std::atomic<uint64_t> opens{0}, reads{0}, bytes_read{0}, views{0}, exists{0}, lists{0}, sizes{0}, is_dirs{0};
   std::atomic<uint64_t> creates{0}, writes{0}, bytes_written{0}, renames{0}, removes{0}, symlinks{0}, mkdirs{0};
   std::atomic<uint64_t> syncs{0};
+  std::atomic<uint64_t> locks{0};
 };
 
 class FaultInjectionEnv : public EnvWrapper {
@@ -126,6 +128,12 @@ class FaultInjectionEnv : public EnvWrapper {
     const WriteFault* f = match_write(link);
     if (f && f->symlink_errno) return Status::FromErrno(f->symlink_errno, "cannot create symlink").with_file(link);
     return target()->symlink(t, link);
+  }
+  Result<std::unique_ptr<FileLock>> open_lock(const std::string& path, unsigned mode) override {
+    counters_.locks++;
+    const WriteFault* f = match_write(path);
+    if (f && f->lock_errno) return Status::FromErrno(f->lock_errno, "cannot open the lock file").with_file(path);
+    return target()->open_lock(path, mode);
   }
 
  private:

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include "fault_injection_env.h"
 #include "test_util.h"
 #include "weightlift/lock.h"
 
@@ -232,6 +233,26 @@ TEST(Lock, UnusableDirectoryIsAnErrorNamingIt) {
   Status st = lock.acquire();
   EXPECT_FALSE(st.ok());
   EXPECT_NE(st.to_string().find(dir.file("plain")), std::string::npos) << st.to_string();
+}
+
+TEST(Lock, GoesThroughTheEnvAndItsFaults) {
+  TempDir dir;
+  testing::FaultInjectionEnv env(Env::Default());
+  CrossProcessLock lock(lock_file_path("m", dir.path()), &env);
+  ASSERT_TRUE(lock.acquire().ok());
+  EXPECT_EQ(env.counters().locks.load(), 1u);
+  EXPECT_EQ(env.counters().mkdirs.load(), 1u);
+  lock.release();
+  // The lock file cannot be opened: the error names it, and no lock is held.
+  env.add_write({.path_part = ".lock", .lock_errno = EACCES});
+  CrossProcessLock denied(lock_file_path("m", dir.path()), &env);
+  Status st = denied.acquire();
+  EXPECT_EQ(st.code(), Code::kPermissionDenied) << st.to_string();
+  EXPECT_NE(st.message().find("cannot open the lock file"), std::string::npos) << st.to_string();
+  EXPECT_EQ(st.file(), lock_file_path("m", dir.path()));
+  EXPECT_FALSE(denied.is_locked());
+  auto tried = denied.try_acquire();
+  EXPECT_EQ(tried.status().code(), Code::kPermissionDenied);
 }
 
 TEST(AtomicWrite, ReplacesTextAndBinary) {

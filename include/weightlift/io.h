@@ -1,14 +1,15 @@
 // weightlift/io.h: the I/O seam (leveldb's Env, rocksdb's read contract).
 //
 // All file access of the library goes through Env: reads, writes, renames,
-// directories. Tests count or break any of it (FaultInjectionEnv in tests/),
-// and other sources stand in for local files behind the same interface.
+// directories, locks. Tests count or break any of it (FaultInjectionEnv in
+// tests/), and other sources stand in for local files behind the same
+// interface.
 //
-// Sources: Env::Default() serves local paths and URLs alike. A path of the
-// form "scheme://..." goes to the source registered for its scheme
-// (register_url_scheme): "http://" and "https://" (ranged GETs), "s3://" and
-// "gs://" (the S3 protocol). Everything above this seam (formats, planner,
-// strategies, destinations) is the same for a local file and an object.
+// Sources: this layer is POSIX files (local_env()) and nothing else.
+// Env::Default() composes them with the URL sources (HTTP, S3) and the path
+// overlays of sources above this seam (src/sources/, sources.h). Everything
+// above the seam (formats, planner, strategies, destinations) is the same for
+// a local file and an object.
 //
 // The read contract: RandomAccessFile::read_at() fills the whole buffer or
 // returns an error. Short reads, EINTR and (for network sources) dropped
@@ -144,10 +145,24 @@ struct DirEntry {
   uint64_t size = 0;  // for files, when the listing tells it (object stores do); else 0
 };
 
-// The environment: opening, listing and writing files.
-// Default() is a process-wide implementation (POSIX files plus registered URL
-// schemes); thread-safe. Write-side methods on a URL are kUnimplemented unless
-// the scheme's source supports them.
+// An advisory, exclusive lock on one file (flock(2): it belongs to the open
+// file, so two FileLocks exclude each other even in one process). Not
+// thread-safe; the destructor releases a held lock and closes the file.
+class FileLock {
+ public:
+  virtual ~FileLock() = default;
+  // One attempt, never blocks: true when the lock is now held.
+  virtual Result<bool> try_lock() = 0;
+  // Blocks until the lock is held.
+  virtual Status lock() = 0;
+  virtual void unlock() = 0;
+};
+
+// The environment: opening, listing, writing and locking files.
+// Default() is the process-wide composition of the sources (POSIX files,
+// URL schemes, path overlays; defined by src/sources/, see sources.h);
+// thread-safe. Write-side methods on a URL are kUnimplemented unless the
+// scheme's source supports them.
 class Env {
  public:
   virtual ~Env() = default;
@@ -173,6 +188,9 @@ class Env {
   virtual Status symlink(const std::string& target, const std::string& link);
   // fsync of a directory (after a rename into it). Failures are ignored by callers that only hint.
   virtual Status sync_dir(const std::string& path);
+  // The lock file at `path`, created (with `mode`, whatever the umask) when
+  // missing; not locked yet. The directory must exist.
+  virtual Result<std::unique_ptr<FileLock>> open_lock(const std::string& path, unsigned mode = 0666);
 
   // Blocks until the file at `path` is final when a source is still writing
   // it (a Hub download being loaded, see hub.h's HubSource) and returns that
@@ -203,6 +221,9 @@ class EnvWrapper : public Env {
   Status remove(const std::string& path) override { return target_->remove(path); }
   Status symlink(const std::string& target, const std::string& link) override { return target_->symlink(target, link); }
   Status sync_dir(const std::string& path) override { return target_->sync_dir(path); }
+  Result<std::unique_ptr<FileLock>> open_lock(const std::string& path, unsigned mode) override {
+    return target_->open_lock(path, mode);
+  }
   Status wait_complete(const std::string& path) override { return target_->wait_complete(path); }
   Env* target() const { return target_; }
 
@@ -210,24 +231,11 @@ class EnvWrapper : public Env {
   Env* target_;
 };
 
-// ---- URL sources ----
+// ---- URLs ----
 // "s3" in "s3://bucket/key"; "" for a local path.
 std::string_view url_scheme(std::string_view path);
 inline bool is_url(std::string_view path) { return !url_scheme(path).empty(); }
-// Makes Env::Default() send paths of `scheme` ("s3", "gs", "http", "https")
-// to `env` (not owned; must outlive every use). Thread-safe; a later
-// registration for the same scheme replaces the earlier one. The library
-// registers its own sources on first use of Env::Default().
-void register_url_scheme(std::string scheme, Env* env);
 
-// ---- path overlays ----
-// Makes Env::Default() send every local path at or below the folder `prefix`
-// (no trailing '/') to `env` (not owned) until remove_path_overlay(prefix):
-// for sources that serve files while they are being made (the Hub's
-// load-while-downloading). `env` forwards what it does not serve to
-// local_env(). Thread-safe; the newest overlay of a prefix wins.
-void add_path_overlay(std::string prefix, Env* env);
-void remove_path_overlay(const std::string& prefix, Env* env);
 // The POSIX files behind Env::Default(), without URL schemes or overlays.
 Env* local_env();
 

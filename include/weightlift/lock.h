@@ -13,6 +13,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <string_view>
@@ -28,12 +29,12 @@ std::string system_temp_dir();
 // Where the lock of `model_name_or_path` lives (no file is created).
 std::string lock_file_path(std::string_view model_name_or_path, std::string_view cache_dir = {});
 
-// A re-entrant exclusive lock on one lock file. Not thread-safe per object:
-// share a path, not an object, between threads. Move-only; the destructor
-// releases a held lock.
+// A re-entrant exclusive lock on one lock file, taken through `env`
+// (Env::open_lock). Not thread-safe per object: share a path, not an object,
+// between threads. Move-only; the destructor releases a held lock.
 class CrossProcessLock {
  public:
-  explicit CrossProcessLock(std::string path) : path_(std::move(path)) {}
+  explicit CrossProcessLock(std::string path, Env* env = Env::Default()) : path_(std::move(path)), env_(env) {}
   CrossProcessLock(CrossProcessLock&& o) noexcept;
   CrossProcessLock& operator=(CrossProcessLock&&) = delete;
   CrossProcessLock(const CrossProcessLock&) = delete;
@@ -54,7 +55,8 @@ class CrossProcessLock {
  private:
   Status open_file();
   std::string path_;
-  int fd_ = -1;
+  Env* env_;
+  std::unique_ptr<FileLock> file_;  // open while the lock is wanted
   int count_ = 0;
 };
 

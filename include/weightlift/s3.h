@@ -114,8 +114,8 @@ std::string s3_request_url(const S3Config& config, std::string_view bucket, std:
 // call needs it, and again whenever the relevant variables change; likewise
 // the HTTP settings without `http` (HttpOptions(): the WEIGHTLIFT_*
 // variables). Write-side methods are kUnimplemented. Register it with
-// register_url_scheme() to replace the built-in source (e.g. with explicit
-// credentials).
+// register_url_scheme() (sources.h) to replace the built-in source (e.g. with
+// explicit credentials).
 //
 // Listings are untrusted: at most http.max_list_pages pages and
 // http.max_list_entries entries (WEIGHTLIFT_LIST_MAX_PAGES / _ENTRIES), a

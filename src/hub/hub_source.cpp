@@ -13,6 +13,7 @@
 
 #include "hub/hub_internal.h"
 #include "weightlift/lock.h"
+#include "weightlift/sources.h"
 #include "weightlift/weight_files.h"
 
 namespace wl {

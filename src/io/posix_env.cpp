@@ -1,6 +1,7 @@
 // POSIX implementation of the Env seam: mmap and pread (optionally O_DIRECT) files.
 #include <dirent.h>
 #include <fcntl.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -16,7 +17,6 @@
 #include <fmt/format.h>
 
 #include "io/posix_internal.h"
-#include "io/sources.h"
 #include "io/unique_fd.h"
 #include "util/checked.h"
 #include "weightlift/io.h"
@@ -343,8 +343,39 @@ class PosixWritableFile final : public WritableFile {
   uint64_t pos_;
 };
 
+// flock(2) on a descriptor of the lock file; closing the descriptor releases it.
+class PosixFileLock final : public FileLock {
+ public:
+  PosixFileLock(std::string path, UniqueFd fd) : path_(std::move(path)), fd_(std::move(fd)) {}
+  Result<bool> try_lock() override {
+    if (::flock(fd_.get(), LOCK_EX | LOCK_NB) == 0) return true;
+    int err = errno;
+    if (err == EWOULDBLOCK || err == EINTR) return false;
+    return Status::FromErrno(err, "cannot lock").with_file(path_);
+  }
+  Status lock() override {
+    while (::flock(fd_.get(), LOCK_EX) != 0)
+      if (errno != EINTR) return Status::FromErrno(errno, "cannot lock").with_file(path_);
+    return Status();
+  }
+  void unlock() override { ::flock(fd_.get(), LOCK_UN); }
+
+ private:
+  std::string path_;
+  UniqueFd fd_;
+};
+
 class PosixEnv final : public Env {
  public:
+  Result<std::unique_ptr<FileLock>> open_lock(const std::string& path, unsigned mode) override {
+    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, mode));
+    if (!fd) return Status::FromErrno(errno, "cannot open the lock file").with_file(path);
+    // The umask would narrow `mode`; widen it again so other users can lock
+    // too. Fails with EPERM when another user owns the file, which is fine.
+    (void)::fchmod(fd.get(), mode);
+    return std::unique_ptr<FileLock>(std::make_unique<PosixFileLock>(path, std::move(fd)));
+  }
+
   Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& options) override {
     int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
     if (fd < 0) return Status::FromErrno(errno, "cannot open").with_file(path);
@@ -477,117 +508,6 @@ class PosixEnv final : public Env {
   }
 };
 
-// Routes "scheme://" paths to the Env registered for the scheme, the rest to POSIX.
-class DefaultEnv final : public Env {
- public:
-  Env* route(const std::string& path) {
-    std::string_view scheme = url_scheme(path);
-    if (scheme.empty()) {
-      if (!has_overlays_.load(std::memory_order_acquire)) return &posix_;
-      std::lock_guard lk(mu_);
-      for (auto it = overlays_.rbegin(); it != overlays_.rend(); ++it) {
-        const std::string& p = it->first;
-        if (path.size() >= p.size() && path.compare(0, p.size(), p) == 0 && (path.size() == p.size() || path[p.size()] == '/'))
-          return it->second;
-      }
-      return &posix_;
-    }
-    std::lock_guard lk(mu_);
-    for (auto& [name, env] : schemes_)
-      if (name == scheme) return env;
-    return nullptr;
-  }
-  void add(std::string scheme, Env* env) {
-    std::lock_guard lk(mu_);
-    for (auto& [name, e] : schemes_)
-      if (name == scheme) {
-        e = env;
-        return;
-      }
-    schemes_.emplace_back(std::move(scheme), env);
-  }
-  void add_overlay(std::string prefix, Env* env) {
-    std::lock_guard lk(mu_);
-    overlays_.emplace_back(std::move(prefix), env);
-    has_overlays_ = true;
-  }
-  void remove_overlay(const std::string& prefix, Env* env) {
-    std::lock_guard lk(mu_);
-    std::erase_if(overlays_, [&](const auto& o) { return o.first == prefix && o.second == env; });
-    has_overlays_ = !overlays_.empty();
-  }
-  Env* posix() { return &posix_; }
-
-  Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& o) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
-    return e->open(path, o);
-  }
-  Result<uint64_t> file_size(const std::string& path) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
-    return e->file_size(path);
-  }
-  bool exists(const std::string& path) override {
-    Env* e = route(path);
-    return e && e->exists(path);
-  }
-  bool is_directory(const std::string& path) override {
-    Env* e = route(path);
-    return e && e->is_directory(path);
-  }
-  Result<std::vector<DirEntry>> list_dir(const std::string& path) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
-    return e->list_dir(path);
-  }
-  Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& o) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
-    return e->new_writable(path, o);
-  }
-  Status create_dirs(const std::string& path, unsigned mode) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
-    return e->create_dirs(path, mode);
-  }
-  Status rename(const std::string& from, const std::string& to) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(to));
-    if (e != route(from)) return Status::InvalidArgument(fmt::format("cannot rename {} across sources", from)).with_file(to);
-    return e->rename(from, to);
-  }
-  Status remove(const std::string& path) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
-    return e->remove(path);
-  }
-  Status symlink(const std::string& target, const std::string& link) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(link));
-    return e->symlink(target, link);
-  }
-  Status sync_dir(const std::string& path) override {
-    WL_ASSIGN_OR_RETURN(Env * e, routed(path));
-    return e->sync_dir(path);
-  }
-  Status wait_complete(const std::string& path) override {
-    Env* e = route(path);
-    return e ? e->wait_complete(path) : Status();
-  }
-
- private:
-  Result<Env*> routed(const std::string& path) {
-    Env* e = route(path);
-    if (e == nullptr)
-      return Status::Unimplemented(fmt::format("no source for '{}://' URLs in this build", url_scheme(path)))
-          .with_file(path);
-    return e;
-  }
-  PosixEnv posix_;
-  std::mutex mu_;
-  std::vector<std::pair<std::string, Env*>> schemes_;
-  std::vector<std::pair<std::string, Env*>> overlays_;
-  std::atomic<bool> has_overlays_{false};
-};
-
-DefaultEnv& default_env() {
-  static DefaultEnv env;
-  return env;
-}
-
 }  // namespace
 
 // ---- Env's write side: sources without one refuse it ----
@@ -609,12 +529,10 @@ Status Env::symlink(const std::string&, const std::string& link) {
 Status Env::sync_dir(const std::string& path) {
   return Status::Unimplemented("this source has no directories to sync").with_file(path);
 }
-
-Env* Env::Default() {
-  static std::once_flag once;
-  std::call_once(once, [] { register_builtin_url_schemes(); });
-  return &default_env();
+Result<std::unique_ptr<FileLock>> Env::open_lock(const std::string& path, unsigned) {
+  return Status::Unimplemented("this source cannot lock files").with_file(path);
 }
+
 
 std::string_view url_scheme(std::string_view path) {
   size_t p = path.find("://");
@@ -627,10 +545,10 @@ std::string_view url_scheme(std::string_view path) {
   return path.substr(0, p);
 }
 
-void register_url_scheme(std::string scheme, Env* env) { default_env().add(std::move(scheme), env); }
-void add_path_overlay(std::string prefix, Env* env) { default_env().add_overlay(std::move(prefix), env); }
-void remove_path_overlay(const std::string& prefix, Env* env) { default_env().remove_overlay(prefix, env); }
-Env* local_env() { return default_env().posix(); }
+Env* local_env() {
+  static PosixEnv env;
+  return &env;
+}
 
 Result<std::string> read_file_to_string(const std::string& path, uint64_t max_bytes, Env* env) {
   WL_ASSIGN_OR_RETURN(auto f, env->open(path, {.mode = FileMode::kPread}));

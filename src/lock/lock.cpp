@@ -1,8 +1,6 @@
 // The model lock (flock on a shared 0666 file) and the atomic writer.
 #include "weightlift/lock.h"
 
-#include <fcntl.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -62,25 +60,17 @@ CrossProcessLock get_lock(std::string_view model_name_or_path, std::string_view 
 }
 
 CrossProcessLock::CrossProcessLock(CrossProcessLock&& o) noexcept
-    : path_(std::move(o.path_)), fd_(std::exchange(o.fd_, -1)), count_(std::exchange(o.count_, 0)) {}
+    : path_(std::move(o.path_)), env_(o.env_), file_(std::move(o.file_)), count_(std::exchange(o.count_, 0)) {}
 
 CrossProcessLock::~CrossProcessLock() {
-  if (fd_ >= 0) {
-    ::flock(fd_, LOCK_UN);
-    ::close(fd_);
-  }
+  if (file_) file_->unlock();
 }
 
 Status CrossProcessLock::open_file() {
-  if (fd_ >= 0) return Status();
-  if (Status s = Env::Default()->create_dirs(parent_dir(path_)); !s.ok())
+  if (file_) return Status();
+  if (Status s = env_->create_dirs(parent_dir(path_)); !s.ok())
     return Status(s.code(), "cannot create the lock directory: " + s.message()).with_file(parent_dir(path_));
-  int fd = ::open(path_.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd < 0) return Status::FromErrno(errno, "cannot open the lock file").with_file(path_);
-  // The umask would narrow 0666; widen it again so other users can lock too.
-  // Fails with EPERM when another user owns the file, which is fine.
-  (void)::fchmod(fd, 0666);
-  fd_ = fd;
+  WL_ASSIGN_OR_RETURN(file_, env_->open_lock(path_, 0666));
   return Status();
 }
 
@@ -90,14 +80,10 @@ Result<bool> CrossProcessLock::try_acquire() {
     return true;
   }
   WL_RETURN_IF_ERROR(open_file());
-  if (::flock(fd_, LOCK_EX | LOCK_NB) == 0) {
-    count_ = 1;
-    return true;
-  }
-  int err = errno;
-  if (err == EWOULDBLOCK || err == EINTR) return false;
-  ::close(std::exchange(fd_, -1));
-  return Status::FromErrno(err, "cannot lock").with_file(path_);
+  auto got = file_->try_lock();
+  if (!got.ok()) file_.reset();
+  else if (*got) count_ = 1;
+  return got;
 }
 
 Status CrossProcessLock::acquire(double timeout_s, double poll_s) {
@@ -107,11 +93,9 @@ Status CrossProcessLock::acquire(double timeout_s, double poll_s) {
   }
   WL_RETURN_IF_ERROR(open_file());
   if (timeout_s < 0) {
-    while (::flock(fd_, LOCK_EX) != 0) {
-      if (errno == EINTR) continue;
-      int err = errno;
-      ::close(std::exchange(fd_, -1));
-      return Status::FromErrno(err, "cannot lock").with_file(path_);
+    if (Status s = file_->lock(); !s.ok()) {
+      file_.reset();
+      return s;
     }
     count_ = 1;
     return Status();
@@ -121,7 +105,7 @@ Status CrossProcessLock::acquire(double timeout_s, double poll_s) {
     WL_ASSIGN_OR_RETURN(bool got, try_acquire());
     if (got) return Status();
     if (std::chrono::steady_clock::now() >= deadline) {
-      ::close(std::exchange(fd_, -1));
+      file_.reset();
       return Status::Unavailable("timed out waiting for the lock").with_file(path_);
     }
     std::this_thread::sleep_for(std::chrono::duration<double>(poll_s > 0 ? poll_s : 0.05));
@@ -131,9 +115,9 @@ Status CrossProcessLock::acquire(double timeout_s, double poll_s) {
 void CrossProcessLock::release() {
   if (count_ == 0) return;
   if (--count_ > 0) return;
-  if (fd_ >= 0) {
-    ::flock(fd_, LOCK_UN);
-    ::close(std::exchange(fd_, -1));
+  if (file_) {
+    file_->unlock();
+    file_.reset();
   }
 }
 
