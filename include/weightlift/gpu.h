@@ -47,10 +47,13 @@
 #include "weightlift/destination.h"
 #include "weightlift/device.h"
 #include "weightlift/dtype.h"
-#include "weightlift/dummy.h"
 #include "weightlift/io.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
+
+namespace wl {
+struct DummyOptions;  // dummy.h
+}  // namespace wl
 
 namespace wl::gpu {
 
@@ -159,14 +162,11 @@ class DeviceBuffer {
   int device_ = 0;
 };
 
-// fill_dummy() for device memory: the same bytes as the CPU fill
+// fill_dummy() (dummy.h) for device memory: the same bytes as the CPU fill
 // (libweightlift_cuda.so's kernel; the fake backend fills on the host).
-Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel, const DummyOptions& options = {},
-                         int device = 0);
-inline Status fill_dummy_device(DType dtype, DeviceBuffer& buffer, uint64_t numel, const DummyOptions& options = {}) {
-  if (auto need = dtype_nbytes(dtype, numel); !need || *need > buffer.size())
-    return Status::OutOfRange("the device buffer is smaller than the tensor");
-  return fill_dummy_device(dtype, buffer.data(), numel, options, buffer.device());
-}
+Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel, const DummyOptions& options, int device = 0);
+Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel);  // default options, device 0
+// Into a DeviceBuffer, checked to hold numel elements.
+Status fill_dummy_device(DType dtype, DeviceBuffer& buffer, uint64_t numel, const DummyOptions& options);
 
 }  // namespace wl::gpu

@@ -97,7 +97,7 @@ Status set_device(const Api& api, int device);
 CuFile load_cufile(const Api& api, WlCuFile* out);
 Nccl load_nccl(const Api& api, WlNccl* out);
 
-// Dummy-weight fill on the device (model/dummy.cpp calls it).
+// Dummy-weight fill on the device (gpu/dummy_fill.cpp calls it).
 Status launch_fill_dummy(int kind, void* device_ptr, uint64_t numel, const dummy::Params& params, int device);
 
 }  // namespace wl::gpu

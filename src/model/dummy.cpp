@@ -11,10 +11,8 @@
 
 #include <fmt/format.h>
 
-#include "gpu/api.h"
 #include "model/dummy_internal.h"
 #include "model/dummy_math.h"
-#include "weightlift/gpu.h"
 
 namespace wl {
 namespace {
@@ -138,6 +136,19 @@ Status check_bounds(double low, double high) {
 
 }  // namespace
 
+namespace dummy {
+Result<std::optional<Fill>> plan_fill(DType dtype, const DummyOptions& o) {
+  WL_RETURN_IF_ERROR(check_bounds(o.low, o.high));
+  auto kind = kind_of(dtype);
+  if (!kind) {
+    if (unsupported_float(dtype))
+      return Status::Unimplemented(fmt::format("dummy weights of dtype {} are not supported", dtype_name(dtype)));
+    return std::optional<Fill>();
+  }
+  return std::optional<Fill>(Fill{*kind, make_params(*kind, o.low, o.high, o.seed)});
+}
+}  // namespace dummy
+
 bool dummy_fills(DType dtype) { return kind_of(dtype).has_value(); }
 
 uint64_t dummy_element_bits(DType dtype, uint64_t index, double low, double high, uint64_t seed) {
@@ -158,24 +169,20 @@ uint64_t dummy_element_bits(DType dtype, uint64_t index, double low, double high
 }
 
 Status fill_dummy(DType dtype, std::span<std::byte> bytes, uint64_t numel, const DummyOptions& o) {
-  WL_RETURN_IF_ERROR(check_bounds(o.low, o.high));
-  auto kind = kind_of(dtype);
-  if (!kind) {
-    if (unsupported_float(dtype))
-      return Status::Unimplemented(fmt::format("dummy weights of dtype {} are not supported", dtype_name(dtype)));
-    return Status();  // integer, bool and complex tensors stay as they are
-  }
+  WL_ASSIGN_OR_RETURN(std::optional<dummy::Fill> fill, dummy::plan_fill(dtype, o));
+  if (!fill) return Status();  // integer, bool and complex tensors stay as they are
   auto need = dtype_nbytes(dtype, numel);
   if (!need || *need > bytes.size())
     return Status::OutOfRange(fmt::format("a buffer of {} bytes cannot hold {} elements of {}", bytes.size(), numel,
                                           dtype_name(dtype)));
-  dummy::Params p = make_params(*kind, o.low, o.high, o.seed);
+  const int kind = fill->kind;
+  const dummy::Params& p = fill->params;
   unsigned hw = std::max(1u, std::thread::hardware_concurrency());
   uint64_t threads = o.threads > 0 ? static_cast<uint64_t>(o.threads) : hw;
   // At least 4 Ki elements per thread; chunk edges on whole Philox blocks.
   threads = std::max<uint64_t>(1, std::min<uint64_t>(threads, numel / 4096 + 1));
   if (threads == 1) {
-    fill_host(*kind, bytes.data(), 0, numel, p);
+    fill_host(kind, bytes.data(), 0, numel, p);
     return Status();
   }
   uint64_t per = (numel / threads + 3) & ~uint64_t{3};
@@ -185,7 +192,7 @@ Status fill_dummy(DType dtype, std::span<std::byte> bytes, uint64_t numel, const
     // The last thread takes everything left: per * threads can fall short of numel.
     uint64_t b = std::min(numel, t * per), e = t + 1 == threads ? numel : std::min(numel, b + per);
     if (b >= e) break;
-    pool.emplace_back([&, b, e] { fill_host(*kind, bytes.data(), b, e, p); });
+    pool.emplace_back([&, b, e] { fill_host(kind, bytes.data(), b, e, p); });
   }
   for (auto& th : pool) th.join();
   return Status();
@@ -202,18 +209,4 @@ Result<Tensor> dummy_tensor(DType dtype, Shape shape, const DummyOptions& option
   return t;
 }
 
-namespace gpu {
-
-Status fill_dummy_device(DType dtype, void* device_ptr, uint64_t numel, const DummyOptions& o, int device) {
-  WL_RETURN_IF_ERROR(check_bounds(o.low, o.high));
-  auto kind = kind_of(dtype);
-  if (!kind) {
-    if (unsupported_float(dtype))
-      return Status::Unimplemented(fmt::format("dummy weights of dtype {} are not supported", dtype_name(dtype)));
-    return Status();
-  }
-  return launch_fill_dummy(*kind, device_ptr, numel, make_params(*kind, o.low, o.high, o.seed), device);
-}
-
-}  // namespace gpu
 }  // namespace wl
