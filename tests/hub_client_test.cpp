@@ -17,6 +17,7 @@
 
 #include "fault_injection_env.h"
 #include "test_util.h"
+#include "weightlift/glob.h"
 #include "weightlift/hash.h"
 #include "weightlift/http.h"
 #include "weightlift/io.h"
@@ -382,14 +383,14 @@ TEST(HubNames, RepoFolderName) {
 }
 
 TEST(HubPatterns, FnmatchLikePython) {
-  EXPECT_TRUE(fnmatch("model.safetensors", "*.safetensors"));
-  EXPECT_TRUE(fnmatch("original/x.safetensors", "*.safetensors"));  // '*' crosses '/'
-  EXPECT_TRUE(fnmatch("a1.bin", "a?.bin"));
-  EXPECT_TRUE(fnmatch("a1.bin", "a[0-9].bin"));
-  EXPECT_FALSE(fnmatch("ab.bin", "a[!b].bin"));
-  EXPECT_TRUE(fnmatch("a].bin", "a[]].bin"));
-  EXPECT_TRUE(fnmatch("a[.bin", "a[.bin"));  // unclosed bracket is literal
-  EXPECT_FALSE(fnmatch("model.bin", "*.safetensors"));
+  EXPECT_TRUE(glob_match("*.safetensors", "model.safetensors"));
+  EXPECT_TRUE(glob_match("*.safetensors", "original/x.safetensors"));  // '*' crosses '/'
+  EXPECT_TRUE(glob_match("a?.bin", "a1.bin"));
+  EXPECT_TRUE(glob_match("a[0-9].bin", "a1.bin"));
+  EXPECT_FALSE(glob_match("a[!b].bin", "ab.bin"));
+  EXPECT_TRUE(glob_match("a[]].bin", "a].bin"));
+  EXPECT_TRUE(glob_match("a[.bin", "a[.bin"));  // unclosed bracket is literal
+  EXPECT_FALSE(glob_match("*.safetensors", "model.bin"));
   EXPECT_EQ(filter_repo_files({"a.json", "sub/b.txt", "sub/c.json", "d.bin"}, {"*.json", "sub/"}, {"sub/c*"}),
             (std::vector<std::string>{"a.json", "sub/b.txt"}));
   EXPECT_EQ(filter_repo_files({"a", "b"}, {}, {}).size(), 2u);

@@ -73,11 +73,10 @@ bool hub_offline(const HubOptions& o);
 
 // "models--org--name" (huggingface_hub's repo_folder_name).
 std::string repo_folder_name(const std::string& repo_id, const std::string& repo_type = "model");
-// Python's fnmatch.fnmatch on POSIX: '*' and '?' also match '/', [seq], [!seq].
-bool fnmatch(const std::string& name, const std::string& pattern);
 // huggingface_hub's filter_repo_objects: keep names matching any allow
-// pattern (all when `allow` is empty) and no ignore pattern; a pattern ending
-// in '/' matches everything below that folder.
+// pattern (all when `allow` is empty) and no ignore pattern (glob_match,
+// glob.h: Python's fnmatch); a pattern ending in '/' matches everything below
+// that folder.
 std::vector<std::string> filter_repo_files(const std::vector<std::string>& files, const std::vector<std::string>& allow,
                                            const std::vector<std::string>& ignore);
 // A repository file name is usable as a cache path: relative, no "." / ".."

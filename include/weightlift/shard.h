@@ -18,19 +18,19 @@
 #include <vector>
 
 #include "weightlift/dtype.h"
+#include "weightlift/glob.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 
 namespace wl {
 
 struct ShardRule {
-  std::string pattern;  // glob over the tensor name: '*' any run, '?' one char
+  std::string pattern;  // glob over the tensor name (glob.h: '*' any run, '?' one char, [seq])
   int dim = 0;          // negative counts from the end, as in Python
 };
 
 // "PATTERN:DIM" (the last ':' separates). Bad text is kInvalidArgument.
 Result<ShardRule> parse_shard_rule(std::string_view text);
-bool glob_match(std::string_view pattern, std::string_view name);
 // The first rule whose pattern matches `name`, else nullptr.
 const ShardRule* find_shard_rule(std::span<const ShardRule> rules, std::string_view name);
 

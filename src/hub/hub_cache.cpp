@@ -9,6 +9,7 @@
 
 #include "hub/hub_internal.h"
 #include "weightlift/lock.h"
+#include "weightlift/glob.h"
 #include "weightlift/hash.h"
 #include "weightlift/io.h"
 
@@ -89,60 +90,6 @@ std::string repo_folder_name(const std::string& repo_id, const std::string& repo
   return out;
 }
 
-namespace {
-// Python's fnmatch.translate semantics, matched by backtracking.
-bool match_at(const std::string& s, size_t si, const std::string& p, size_t pi) {
-  while (pi < p.size()) {
-    char c = p[pi];
-    if (c == '*') {
-      while (pi < p.size() && p[pi] == '*') ++pi;
-      if (pi == p.size()) return true;
-      for (size_t k = si; k <= s.size(); ++k)
-        if (match_at(s, k, p, pi)) return true;
-      return false;
-    }
-    if (si >= s.size()) return false;
-    if (c == '?') {
-      ++si, ++pi;
-      continue;
-    }
-    if (c == '[') {
-      size_t j = pi + 1;
-      if (j < p.size() && p[j] == '!') ++j;
-      if (j < p.size() && p[j] == ']') ++j;
-      while (j < p.size() && p[j] != ']') ++j;
-      if (j >= p.size()) {  // no closing bracket: a literal '['
-        if (s[si] != '[') return false;
-        ++si, ++pi;
-        continue;
-      }
-      size_t k = pi + 1;
-      bool negate = false;
-      if (p[k] == '!') negate = true, ++k;
-      bool found = false;
-      while (k < j) {
-        char lo = p[k];
-        if (k + 2 < j && p[k + 1] == '-') {
-          if (s[si] >= lo && s[si] <= p[k + 2]) found = true;
-          k += 3;
-        } else {
-          if (s[si] == lo) found = true;
-          ++k;
-        }
-      }
-      if (found == negate) return false;
-      ++si;
-      pi = j + 1;
-      continue;
-    }
-    if (s[si] != c) return false;
-    ++si, ++pi;
-  }
-  return si == s.size();
-}
-}  // namespace
-
-bool fnmatch(const std::string& name, const std::string& pattern) { return match_at(name, 0, pattern, 0); }
 
 std::vector<std::string> filter_repo_files(const std::vector<std::string>& files, const std::vector<std::string>& allow,
                                            const std::vector<std::string>& ignore) {
@@ -155,8 +102,8 @@ std::vector<std::string> filter_repo_files(const std::vector<std::string>& files
   std::vector<std::string> out;
   for (const auto& f : files) {
     bool ok = a.empty();
-    for (const auto& p : a) ok = ok || fnmatch(f, p);
-    for (const auto& p : ig) ok = ok && !fnmatch(f, p);
+    for (const auto& p : a) ok = ok || glob_match(p, f);
+    for (const auto& p : ig) ok = ok && !glob_match(p, f);
     if (ok) out.push_back(f);
   }
   return out;

@@ -10,7 +10,7 @@
 
 #include <fmt/format.h>
 
-#include "weightlift/hub.h"  // fnmatch
+#include "weightlift/glob.h"
 #include "weightlift/s3.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
@@ -149,7 +149,7 @@ Result<ModelDownloadResult> download_model_files_impl(const std::string& source,
     for (const auto& [rel, size] : below) {
       if (std::find(names.begin(), names.end(), rel) != names.end()) continue;
       bool want = rel == kSafetensorsIndexName;
-      for (const auto& p : model_config_patterns()) want = want || (o.configs && fnmatch(base_name(rel), p));
+      for (const auto& p : model_config_patterns()) want = want || (o.configs && glob_match(p, base_name(rel)));
       if (want) names.push_back(rel);
       else r.left_out.push_back(rel);
     }

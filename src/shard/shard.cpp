@@ -21,23 +21,6 @@ Result<ShardRule> parse_shard_rule(std::string_view text) {
   return ShardRule{std::string(text.substr(0, colon)), dim};
 }
 
-bool glob_match(std::string_view pat, std::string_view s) {
-  size_t p = 0, i = 0, star = std::string_view::npos, mark = 0;
-  while (i < s.size()) {
-    if (p < pat.size() && (pat[p] == '?' || pat[p] == s[i])) {
-      ++p, ++i;
-    } else if (p < pat.size() && pat[p] == '*') {
-      star = p++, mark = i;
-    } else if (star != std::string_view::npos) {
-      p = star + 1, i = ++mark;
-    } else {
-      return false;
-    }
-  }
-  while (p < pat.size() && pat[p] == '*') ++p;
-  return p == pat.size();
-}
-
 const ShardRule* find_shard_rule(std::span<const ShardRule> rules, std::string_view name) {
   for (auto& r : rules)
     if (glob_match(r.pattern, name)) return &r;
