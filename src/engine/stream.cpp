@@ -16,6 +16,16 @@
 //   device destination, GDS            cuFile reads straight into the
 //                                      tensors' device memory (decided before
 //                                      the first tensor is handed over)
+//
+// The plan of run_stream(), one member function of Stream per step:
+//   lay_out                  the tensors' byte ranges end to end
+//   begin                    the destination learns whether GDS serves the load
+//   size_reads               threads, read size and memory window
+//   hand_over_empty_tensors  zero-byte tensors (and every buffer up front when uncapped)
+//   read_in_parallel         workers claim chunks, read each run of adjacent
+//                            pieces, and hand tensors over as they complete
+//   read_strided_tensors     tensors without contiguous storage, through their reader
+//   finish                   the files done, the statistics
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -54,43 +64,103 @@ struct TensorState {
   uint64_t first_pos = 0, end_pos = 0;
 };
 
+// The part of one extent that falls in a claimed chunk.
 struct Piece {
   uint32_t file, tensor;
   uint64_t file_off, len, dst_off;
 };
 
-}  // namespace
+class Stream {
+ public:
+  Stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d)
+      : plan_(plan), o_(o), path_(path), dest_(dest), d_(d), up_(dest.uploader()),
+        device_(!dest.device().host_accessible()), direct_(path.direct), gds_(device_ && path.gds),
+        remote_(!plan.files.empty() && is_url(plan.files[0].path)), ts_(plan.tensors.size()),
+        files_(plan.files.size()), file_pending_(plan.files.size(), 0), delivered_(plan.tensors.size(), 0) {}
 
-Status run_stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
-                  LoadStats& stats) {
-  int threads = o.threads > 0 ? o.threads : 8;
-  uint64_t chunk = o.block_size > 0 ? o.block_size : kDefaultChunk;
-  Uploader* up = dest.uploader();
-  const bool device = !dest.device().host_accessible();
-  if (device && up == nullptr)
-    return Status::InvalidArgument(fmt::format("a {} destination needs an uploader", dest.device().to_string()));
+  Status check_destination() const;
+  void lay_out();
+  void begin();
+  Status size_reads();
+  Status hand_over_empty_tensors();
+  Status read_in_parallel();
+  Status read_strided_tensors();
+  void finish(LoadStats& stats);
 
-  // Layout of the stream.
-  std::vector<Extent> ext;
-  std::vector<size_t> late;  // tensors without contiguous storage: read through the reader
-  std::vector<size_t> order; // tensors in stream order
+ private:
+  // Files open on first use (the planned version, else kAborted) and close
+  // once their last tensor is handed over, so thousands of shards never hold
+  // thousands of descriptors.
+  Result<std::shared_ptr<RandomAccessFile>> file_of(size_t fi);
+  void tensor_done(size_t ti);
+  Status ensure_alloc(size_t ti);
+  Status hand_over(size_t ti);
+  void landed(size_t ti, uint64_t len);
+
+  void worker();
+  bool claim(uint64_t* a, uint64_t* b);
+  void pieces_of(uint64_t a, uint64_t b, std::vector<Piece>& pieces) const;
+  Status read_run(std::span<const Piece> run, Buffer& staging);
+  Status read_direct(const RandomAccessFile& f, std::span<const Piece> run);
+  Status read_staged(const RandomAccessFile& f, std::span<const Piece> run, std::span<std::byte> buf,
+                     std::optional<StagingSlot> slot);
+  Status read_scatter(const RandomAccessFile& f, std::span<const Piece> run);
+  Status named(Status s, std::span<const Piece> run) const;
+
+  Plan& plan_;
+  const LoadOptions& o_;
+  const ReadPath& path_;
+  Destination& dest_;
+  Delivery& d_;
+  Uploader* const up_;
+  const bool device_, direct_, gds_, remote_;
+  int threads_ = 0;
+  uint64_t chunk_ = 0;
+  uint64_t window_ = 0;  // memory of allocated, undelivered tensors; 0: unlimited
+
+  // The layout.
+  std::vector<Extent> ext_;
+  std::vector<size_t> late_;   // tensors without contiguous storage: read through the reader
+  std::vector<size_t> order_;  // tensors in stream order
+  std::vector<TensorState> ts_;
+  uint64_t total_ = 0;
+
+  std::mutex files_mu_;
+  std::vector<std::shared_ptr<RandomAccessFile>> files_;
+  std::vector<size_t> file_pending_;
+
+  // Watermark: stream position of the earliest tensor not yet handed over.
+  std::mutex wm_mu_;
+  std::condition_variable wm_cv_;
+  std::vector<char> delivered_;
+  size_t wm_ptr_ = 0;
+  uint64_t next_chunk_ = 0;
+  std::atomic<uint64_t> bytes_read_{0};
+};
+
+Status Stream::check_destination() const {
+  if (device_ && up_ == nullptr)
+    return Status::InvalidArgument(fmt::format("a {} destination needs an uploader", dest_.device().to_string()));
+  return Status();
+}
+
+void Stream::lay_out() {
   uint64_t pos = 0;
-  std::vector<TensorState> ts(plan.tensors.size());
-  for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-    for (size_t ti : plan.files[fi].tensors) {
-      const PlannedTensor& t = plan.tensors[ti];
+  for (size_t fi = 0; fi < plan_.files.size(); ++fi) {
+    for (size_t ti : plan_.files[fi].tensors) {
+      const PlannedTensor& t = plan_.tensors[ti];
       if (!t.file_offset) {
-        late.push_back(ti);
+        late_.push_back(ti);
         continue;
       }
-      ts[ti].first_pos = pos;
+      ts_[ti].first_pos = pos;
       if (t.nbytes == 0) {
-        order.push_back(ti);
-        ts[ti].end_pos = pos;
+        order_.push_back(ti);
+        ts_[ti].end_pos = pos;
         continue;
       }
       auto add = [&](uint64_t off, uint64_t len, uint64_t dst_off) {
-        ext.push_back({pos, off, len, dst_off, static_cast<uint32_t>(fi), static_cast<uint32_t>(ti)});
+        ext_.push_back({pos, off, len, dst_off, static_cast<uint32_t>(fi), static_cast<uint32_t>(ti)});
         pos += len;
       };
       if (!t.shard) {
@@ -99,318 +169,358 @@ Status run_stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destin
         const ShardLayout& l = *t.shard;
         for (uint64_t i = 0; i < l.outer; ++i) add(*t.file_offset + l.first + i * l.stride, l.run, i * l.run);
       }
-      ts[ti].remaining.store(t.nbytes);
-      ts[ti].end_pos = pos;
-      order.push_back(ti);
+      ts_[ti].remaining.store(t.nbytes);
+      ts_[ti].end_pos = pos;
+      order_.push_back(ti);
     }
   }
-  const uint64_t total = pos;
+  total_ = pos;
+  for (size_t ti : order_) file_pending_[plan_.tensors[ti].file]++;
+}
 
-  // GPUDirect Storage: decided once, before any tensor is handed over (the
-  // zero-byte ones below included), from the first file (choose()); false
-  // stages every read through the ring for the whole load.
-  const bool gds = device && path.gds;
-  if (device && !plan.files.empty()) up->direct_chosen(gds, path.gds_off);
-  // A stopped load (an error, a cancel) wakes readers waiting for a slot.
-  if (up) d.on_stop([up] { up->cancel(); });
+// The destination learns how this load reads: GPUDirect Storage decided
+// once, before any tensor is handed over (the zero-byte ones included), from
+// the first file (choose()); false stages every read through the ring. A
+// stopped load (an error, a cancel) wakes readers waiting for a slot.
+void Stream::begin() {
+  if (device_ && !plan_.files.empty()) up_->direct_chosen(gds_, path_.gds_off);
+  if (up_) d_.on_stop([up = up_] { up->cancel(); });
+}
 
-  // O_DIRECT as choose() decided (never for a remote source: it has no pages).
-  const bool remote = !plan.files.empty() && is_url(plan.files[0].path);
-  const bool direct = path.direct;
-  // Files open on first use (the planned version, else kAborted) and close
-  // once their last tensor is handed over, so thousands of shards never hold
-  // thousands of descriptors.
-  std::mutex files_mu;
-  std::vector<std::shared_ptr<RandomAccessFile>> files(plan.files.size());
-  std::vector<size_t> file_pending(plan.files.size(), 0);
-  for (size_t ti : order) file_pending[plan.tensors[ti].file]++;
-  auto file_of = [&](size_t fi) -> Result<std::shared_ptr<RandomAccessFile>> {
-    std::lock_guard lk(files_mu);
-    if (!files[fi]) {
-      WL_ASSIGN_OR_RETURN(files[fi], open_data(plan.files[fi], o.env, direct ? FileMode::kDirect : FileMode::kPread));
-    }
-    return files[fi];
-  };
-  auto tensor_done = [&](size_t ti) {
-    std::lock_guard lk(files_mu);
-    size_t fi = plan.tensors[ti].file;
-    if (--file_pending[fi] == 0) files[fi].reset();
-  };
-  stats.direct_io = direct;
-  stats.gds = gds;
-
+Status Stream::size_reads() {
+  threads_ = o_.threads > 0 ? o_.threads : 8;
+  chunk_ = o_.block_size > 0 ? o_.block_size : kDefaultChunk;
   // Buffered reads out of a warm page cache are memory copies: more threads
   // than cores only contend. O_DIRECT keeps 8 reads in flight.
-  if (o.threads == 0 && !direct)
-    threads = remote ? kRemoteThreads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
-
+  if (o_.threads == 0 && !direct_)
+    threads_ = remote_ ? kRemoteThreads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
   // Memory: staging (direct only; a device destination stages in its own
   // ring) plus the window of allocated, undelivered tensors.
-  uint64_t window = 0;  // 0: unlimited
-  const uint64_t max_memory = path.max_memory;
-  if (max_memory > 0) {
-    if (direct && !device) {
-      uint64_t per = max_memory / 2 / static_cast<uint64_t>(threads);
-      while (per < (uint64_t{1} << 20) + 2 * kAlign && threads > 1) per = max_memory / 2 / static_cast<uint64_t>(--threads);
-      chunk = std::min(chunk, per > 2 * kAlign ? per - 2 * kAlign : kAlign);
-      chunk = std::max<uint64_t>(chunk & ~(kAlign - 1), kAlign);
-      uint64_t staging = static_cast<uint64_t>(threads) * (chunk + 2 * kAlign);
-      window = max_memory > staging ? max_memory - staging : 1;
+  const uint64_t cap = path_.max_memory;
+  if (cap > 0) {
+    if (direct_ && !device_) {
+      uint64_t per = cap / 2 / static_cast<uint64_t>(threads_);
+      while (per < (uint64_t{1} << 20) + 2 * kAlign && threads_ > 1) per = cap / 2 / static_cast<uint64_t>(--threads_);
+      chunk_ = std::min(chunk_, per > 2 * kAlign ? per - 2 * kAlign : kAlign);
+      chunk_ = std::max<uint64_t>(chunk_ & ~(kAlign - 1), kAlign);
+      uint64_t staging = static_cast<uint64_t>(threads_) * (chunk_ + 2 * kAlign);
+      window_ = cap > staging ? cap - staging : 1;
     } else {
-      window = max_memory;
-      chunk = std::min<uint64_t>(chunk, std::max<uint64_t>(window / 2, kAlign));
+      window_ = cap;
+      chunk_ = std::min<uint64_t>(chunk_, std::max<uint64_t>(window_ / 2, kAlign));
     }
   }
-  if (device) {
-    const uint64_t slot = up->slot_bytes();
+  if (device_) {
+    const uint64_t slot = up_->slot_bytes();
     if (slot < 4 * kAlign) return Status::InvalidArgument(fmt::format("uploader slots of {} bytes are too small", slot));
-    chunk = std::min<uint64_t>(chunk, (slot - 2 * kAlign) & ~(kAlign - 1));
+    chunk_ = std::min<uint64_t>(chunk_, (slot - 2 * kAlign) & ~(kAlign - 1));
   }
-  if (total > 0) threads = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(threads), (total + chunk - 1) / chunk));
-  if (o.log)
-    o.log(fmt::format("stream: {} threads, {} KiB reads, {}, to {}, memory cap {}", threads, chunk >> 10,
-                      direct ? "O_DIRECT" : "buffered", dest.device().to_string(),
-                      max_memory ? fmt::format("{} MiB", max_memory >> 20) : "none"));
+  if (total_ > 0)
+    threads_ = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(threads_), (total_ + chunk_ - 1) / chunk_));
+  if (o_.log)
+    o_.log(fmt::format("stream: {} threads, {} KiB reads, {}, to {}, memory cap {}", threads_, chunk_ >> 10,
+                       direct_ ? "O_DIRECT" : "buffered", dest_.device().to_string(),
+                       cap ? fmt::format("{} MiB", cap >> 20) : "none"));
+  return Status();
+}
 
-  // Watermark: stream position of the earliest tensor not yet handed over.
-  std::mutex wm_mu;
-  std::condition_variable wm_cv;
-  std::vector<char> delivered(plan.tensors.size(), 0);
-  size_t wm_ptr = 0;
-  uint64_t next_chunk = 0;
-  std::atomic<uint64_t> bytes_read{0};
+Result<std::shared_ptr<RandomAccessFile>> Stream::file_of(size_t fi) {
+  std::lock_guard lk(files_mu_);
+  if (!files_[fi]) {
+    WL_ASSIGN_OR_RETURN(files_[fi], open_data(plan_.files[fi], o_.env, direct_ ? FileMode::kDirect : FileMode::kPread));
+  }
+  return files_[fi];
+}
 
-  auto hand_over = [&](size_t ti) -> Status {
-    Status s = d.deliver(plan.tensors[ti], plan.files[plan.tensors[ti].file].path, view_of(plan.tensors[ti], ts[ti].region));
-    ts[ti].region.owner.reset();  // the delivered view holds it now
-    tensor_done(ti);
-    {
-      std::lock_guard lk(wm_mu);
-      delivered[ti] = 1;
-      while (wm_ptr < order.size() && delivered[order[wm_ptr]]) ++wm_ptr;
-    }
-    wm_cv.notify_all();
-    return s;
-  };
-  // `len` more bytes of tensor `ti` are in place; the last ones hand it over.
-  auto landed = [&](size_t ti, uint64_t len) {
-    if (ts[ti].remaining.fetch_sub(len) == len) {
-      Status s = hand_over(ti);
-      if (!s.ok()) d.fail(s);
-    }
-  };
-  auto ensure_alloc = [&](size_t ti) -> Status {
-    TensorState& st = ts[ti];
-    std::call_once(st.once, [&] {
-      auto r = place(plan.tensors[ti], dest);
-      if (r.ok()) st.region = std::move(*r);
-      else st.alloc_status = r.status();
-    });
-    return st.alloc_status;
-  };
+void Stream::tensor_done(size_t ti) {
+  std::lock_guard lk(files_mu_);
+  size_t fi = plan_.tensors[ti].file;
+  if (--file_pending_[fi] == 0) files_[fi].reset();
+}
 
-  // Zero-byte tensors need no reads.
-  for (size_t ti : order)
-    if (plan.tensors[ti].nbytes == 0) {
+Status Stream::ensure_alloc(size_t ti) {
+  TensorState& st = ts_[ti];
+  std::call_once(st.once, [&] {
+    auto r = place(plan_.tensors[ti], dest_);
+    if (r.ok()) st.region = std::move(*r);
+    else st.alloc_status = r.status();
+  });
+  return st.alloc_status;
+}
+
+Status Stream::hand_over(size_t ti) {
+  const PlannedTensor& t = plan_.tensors[ti];
+  Status s = d_.deliver(t, plan_.files[t.file].path, view_of(t, ts_[ti].region));
+  ts_[ti].region.owner.reset();  // the delivered view holds it now
+  tensor_done(ti);
+  {
+    std::lock_guard lk(wm_mu_);
+    delivered_[ti] = 1;
+    while (wm_ptr_ < order_.size() && delivered_[order_[wm_ptr_]]) ++wm_ptr_;
+  }
+  wm_cv_.notify_all();
+  return s;
+}
+
+// `len` more bytes of tensor `ti` are in place; the last ones hand it over.
+void Stream::landed(size_t ti, uint64_t len) {
+  if (ts_[ti].remaining.fetch_sub(len) == len) {
+    Status s = hand_over(ti);
+    if (!s.ok()) d_.fail(s);
+  }
+}
+
+Status Stream::hand_over_empty_tensors() {
+  for (size_t ti : order_)
+    if (plan_.tensors[ti].nbytes == 0) {
       WL_RETURN_IF_ERROR(ensure_alloc(ti));
       WL_RETURN_IF_ERROR(hand_over(ti));
     }
-
   // Without a cap, every output buffer is allocated before the workers start,
   // so no mmap/munmap (mmap_lock writers, TLB shootdowns) runs while the
   // workers fault pages in -- as far as they fit in the memory available now
   // (sizes come from the files' claims); the rest are allocated, and each
   // admitted again, as the stream reaches them.
-  if (window == 0) {
+  if (window_ == 0) {
     uint64_t room = UINT64_MAX, upfront = 0;
-    if (dest.device().host_accessible())
-      if (auto avail = available_ram_bytes(o.system); avail.ok()) room = *avail;
-    for (size_t ti : order) {
-      if (upfront + plan.tensors[ti].nbytes > room) break;
-      upfront += plan.tensors[ti].nbytes;
+    if (dest_.device().host_accessible())
+      if (auto avail = available_ram_bytes(o_.system); avail.ok()) room = *avail;
+    for (size_t ti : order_) {
+      if (upfront + plan_.tensors[ti].nbytes > room) break;
+      upfront += plan_.tensors[ti].nbytes;
       Status s = ensure_alloc(ti);
-      if (!s.ok()) return std::move(s).with_file(plan.files[plan.tensors[ti].file].path);
+      if (!s.ok()) return std::move(s).with_file(plan_.files[plan_.tensors[ti].file].path);
     }
   }
+  return Status();
+}
 
-  auto claim = [&](uint64_t* a, uint64_t* b) -> bool {
-    std::unique_lock lk(wm_mu);
-    while (true) {
-      if (d.stopped()) return false;
-      uint64_t start = next_chunk * chunk;
-      if (start >= total) return false;
-      uint64_t end = std::min(total, start + chunk);
-      uint64_t low = wm_ptr < order.size() ? ts[order[wm_ptr]].first_pos : total;
-      uint64_t low_end = wm_ptr < order.size() ? ts[order[wm_ptr]].end_pos : total;
-      if (window == 0 || end - std::min(low, end) <= window || start < low_end) {
-        ++next_chunk;
-        *a = start, *b = end;
-        return true;
-      }
-      wm_cv.wait_for(lk, std::chrono::milliseconds(20));
+// The next chunk [a, b) of the stream, once it fits in the memory window
+// past the earliest tensor not yet handed over; false when the stream is
+// done or the load stopped.
+bool Stream::claim(uint64_t* a, uint64_t* b) {
+  std::unique_lock lk(wm_mu_);
+  while (true) {
+    if (d_.stopped()) return false;
+    uint64_t start = next_chunk_ * chunk_;
+    if (start >= total_) return false;
+    uint64_t end = std::min(total_, start + chunk_);
+    uint64_t low = wm_ptr_ < order_.size() ? ts_[order_[wm_ptr_]].first_pos : total_;
+    uint64_t low_end = wm_ptr_ < order_.size() ? ts_[order_[wm_ptr_]].end_pos : total_;
+    if (window_ == 0 || end - std::min(low, end) <= window_ || start < low_end) {
+      ++next_chunk_;
+      *a = start, *b = end;
+      return true;
     }
-  };
+    wm_cv_.wait_for(lk, std::chrono::milliseconds(20));
+  }
+}
 
-  // One run: pieces contiguous in one file, read with one aligned read into
-  // `buf`, then copied (host) or uploaded (device) to their tensors.
-  auto staged_run = [&](const RandomAccessFile& f, std::span<const Piece> run, std::span<std::byte> buf,
-                        std::optional<StagingSlot> slot) -> Status {
-    const uint64_t off = run.front().file_off, end = run.back().file_off + run.back().len;
-    uint64_t a0 = off, a1 = end;
-    if (f.alignment() > 1) {
-      a0 = off & ~(kAlign - 1);
-      a1 = std::min<uint64_t>((end + kAlign - 1) & ~(kAlign - 1), f.size());
-    }
-    if (a1 - a0 > buf.size()) {
-      if (slot) up->release(*slot);
-      return Status::Internal(fmt::format("run of {} bytes at {} exceeds the {}-byte staging buffer", a1 - a0, a0, buf.size()));
-    }
-    Status s = f.read_at(a0, buf.first(static_cast<size_t>(a1 - a0)));
-    if (!s.ok()) {
-      if (slot) up->release(*slot);
-      return s;
-    }
-    bytes_read += a1 - a0;
-    std::vector<UploadCopy> copies;
-    std::vector<std::pair<uint32_t, uint64_t>> uploaded;  // (tensor, bytes) completed by the copies
-    for (const Piece& p : run) {
-      const Region& r = ts[p.tensor].region;
-      if (r.device.host_accessible()) {
-        std::memcpy(r.data + p.dst_off, buf.data() + (p.file_off - a0), p.len);
-        landed(p.tensor, p.len);
-      } else {
-        copies.push_back({p.file_off - a0, r.data + p.dst_off, p.len});
-        uploaded.emplace_back(p.tensor, p.len);
-      }
-    }
-    if (!slot) return Status();
-    if (copies.empty()) {
-      up->release(*slot);
-      return Status();
-    }
-    return up->submit(*slot, copies, [&, uploaded = std::move(uploaded)](Status st) {
-      if (!st.ok()) return d.fail(st);
-      for (auto [ti, len] : uploaded) landed(ti, len);
-    });
-  };
+// The pieces of the extents that overlap the chunk [a, b), in stream order.
+void Stream::pieces_of(uint64_t a, uint64_t b, std::vector<Piece>& pieces) const {
+  pieces.clear();
+  size_t e = static_cast<size_t>(
+      std::upper_bound(ext_.begin(), ext_.end(), a, [](uint64_t v, const Extent& x) { return v < x.pos; }) -
+      ext_.begin());
+  if (e > 0) --e;
+  for (; e < ext_.size() && ext_[e].pos < b; ++e) {
+    const Extent& x = ext_[e];
+    uint64_t s = std::max(a, x.pos), t = std::min(b, x.pos + x.len);
+    if (s >= t) continue;
+    pieces.push_back({x.file, x.tensor, x.file_off + (s - x.pos), t - s, x.dst_off + (s - x.pos)});
+  }
+}
 
-  auto worker = [&]() {
-    Buffer staging;
-    if (direct && !device) {
-      auto b = Buffer::allocate(static_cast<size_t>(chunk + 2 * kAlign), kAlign);
-      if (!b.ok()) return d.fail(b.status());
-      staging = std::move(*b);
+void Stream::worker() {
+  Buffer staging;
+  if (direct_ && !device_) {
+    auto b = Buffer::allocate(static_cast<size_t>(chunk_ + 2 * kAlign), kAlign);
+    if (!b.ok()) return d_.fail(b.status());
+    staging = std::move(*b);
+  }
+  std::vector<Piece> pieces;
+  uint64_t a = 0, b = 0;
+  while (claim(&a, &b)) {
+    pieces_of(a, b, pieces);
+    // Runs of pieces contiguous in one file, each read at once.
+    for (size_t i = 0; i < pieces.size();) {
+      size_t j = i + 1;
+      while (j < pieces.size() && pieces[j].file == pieces[i].file &&
+             pieces[j].file_off == pieces[j - 1].file_off + pieces[j - 1].len)
+        ++j;
+      Status s = read_run(std::span<const Piece>(pieces.data() + i, j - i), staging);
+      if (!s.ok()) return d_.fail(s);
+      i = j;
     }
-    std::vector<Piece> pieces;
-    uint64_t a = 0, b = 0;
-    while (claim(&a, &b)) {
-      pieces.clear();
-      size_t e = static_cast<size_t>(
-          std::upper_bound(ext.begin(), ext.end(), a, [](uint64_t v, const Extent& x) { return v < x.pos; }) -
-          ext.begin());
-      if (e > 0) --e;
-      for (; e < ext.size() && ext[e].pos < b; ++e) {
-        const Extent& x = ext[e];
-        uint64_t s = std::max(a, x.pos), t = std::min(b, x.pos + x.len);
-        if (s >= t) continue;
-        pieces.push_back({x.file, x.tensor, x.file_off + (s - x.pos), t - s, x.dst_off + (s - x.pos)});
-      }
-      for (size_t i = 0; i < pieces.size();) {
-        size_t j = i + 1;
-        while (j < pieces.size() && pieces[j].file == pieces[i].file &&
-               pieces[j].file_off == pieces[j - 1].file_off + pieces[j - 1].len)
-          ++j;
-        bool to_device = false;
-        for (size_t k = i; k < j; ++k) {
-          Status s = ensure_alloc(pieces[k].tensor);
-          if (!s.ok()) return d.fail(Status(s).with_file(plan.files[pieces[k].file].path));
-          to_device |= !ts[pieces[k].tensor].region.device.host_accessible();
-        }
-        auto fh = file_of(pieces[i].file);
-        if (!fh.ok()) return d.fail(fh.status());
-        const RandomAccessFile& f = **fh;
-        std::span<const Piece> run(pieces.data() + i, j - i);
-        Status s;
-        if (to_device && gds) {
-          for (const Piece& p : run) {
-            std::byte* dst = ts[p.tensor].region.data + p.dst_off;
-            s = ts[p.tensor].region.device.host_accessible() ? f.read_at(p.file_off, std::span(dst, p.len))
-                                                               : up->read_direct(f, p.file_off, dst, p.len);
-            if (!s.ok()) {
-              s.with_tensor(plan.tensors[p.tensor].name);
-              break;
-            }
-            bytes_read += p.len;
-            landed(p.tensor, p.len);
-          }
-        } else if (to_device) {
-          auto slot = up->acquire();
-          if (!slot.ok()) return d.fail(slot.status());
-          s = staged_run(f, run, slot->bytes, *slot);
-        } else if (direct && f.alignment() > 1) {
-          s = staged_run(f, run, staging.span(), std::nullopt);
-        } else {
-          // One scatter read per run: a single ranged GET on a remote source
-          // however many small tensors lie side by side.
-          std::vector<std::span<std::byte>> dsts;
-          dsts.reserve(run.size());
-          uint64_t len = 0;
-          for (const Piece& p : run) {
-            dsts.emplace_back(ts[p.tensor].region.data + p.dst_off, p.len);
-            len += p.len;
-          }
-          s = f.read_scatter_at(run.front().file_off, dsts);
-          if (s.ok()) {
-            bytes_read += len;
-            for (const Piece& p : run) landed(p.tensor, p.len);
-          }
-        }
-        if (!s.ok()) {  // name the tensor (the first of a read shared by adjacent ones) and the file
-          const std::string& first = plan.tensors[run.front().tensor].name;
-          if (run.size() > 1 && s.tensor().empty() && run.back().tensor != run.front().tensor)
-            s = Status(s.code(), fmt::format("{} (one read of {} adjacent tensors, '{}' to '{}')", s.message(),
-                                             run.size(), first, plan.tensors[run.back().tensor].name))
-                    .with_file(s.file());
-          s.with_tensor(first);
-          s.with_file(plan.files[run.front().file].path);
-          return d.fail(s);
-        }
-        i = j;
-      }
+  }
+}
+
+// One run: its tensors' memory first, then the read that suits where it goes.
+Status Stream::read_run(std::span<const Piece> run, Buffer& staging) {
+  bool to_device = false;
+  for (const Piece& p : run) {
+    Status s = ensure_alloc(p.tensor);
+    if (!s.ok()) return Status(s).with_file(plan_.files[p.file].path);
+    to_device |= !ts_[p.tensor].region.device.host_accessible();
+  }
+  WL_ASSIGN_OR_RETURN(auto fh, file_of(run.front().file));
+  const RandomAccessFile& f = *fh;
+  Status s;
+  if (to_device && gds_) {
+    s = read_direct(f, run);
+  } else if (to_device) {
+    WL_ASSIGN_OR_RETURN(StagingSlot slot, up_->acquire());
+    s = read_staged(f, run, slot.bytes, slot);
+  } else if (direct_ && f.alignment() > 1) {
+    s = read_staged(f, run, staging.span(), std::nullopt);
+  } else {
+    s = read_scatter(f, run);
+  }
+  return named(std::move(s), run);
+}
+
+// A failed read names its tensor (the first of a read shared by adjacent
+// ones, and the last) and its file.
+Status Stream::named(Status s, std::span<const Piece> run) const {
+  if (s.ok()) return s;
+  const std::string& first = plan_.tensors[run.front().tensor].name;
+  if (run.size() > 1 && s.tensor().empty() && run.back().tensor != run.front().tensor)
+    s = Status(s.code(), fmt::format("{} (one read of {} adjacent tensors, '{}' to '{}')", s.message(), run.size(),
+                                     first, plan_.tensors[run.back().tensor].name))
+            .with_file(s.file());
+  s.with_tensor(first);
+  s.with_file(plan_.files[run.front().file].path);
+  return s;
+}
+
+// GPUDirect Storage: each piece read by cuFile straight into device memory.
+Status Stream::read_direct(const RandomAccessFile& f, std::span<const Piece> run) {
+  for (const Piece& p : run) {
+    std::byte* dst = ts_[p.tensor].region.data + p.dst_off;
+    Status s = ts_[p.tensor].region.device.host_accessible() ? f.read_at(p.file_off, std::span(dst, p.len))
+                                                              : up_->read_direct(f, p.file_off, dst, p.len);
+    if (!s.ok()) return std::move(s).with_tensor(plan_.tensors[p.tensor].name);
+    bytes_read_ += p.len;
+    landed(p.tensor, p.len);
+  }
+  return Status();
+}
+
+// One aligned read of the run into `buf`, then copied (host) or uploaded
+// (device, `slot` of the uploader's ring) to its tensors.
+Status Stream::read_staged(const RandomAccessFile& f, std::span<const Piece> run, std::span<std::byte> buf,
+                           std::optional<StagingSlot> slot) {
+  const uint64_t off = run.front().file_off, end = run.back().file_off + run.back().len;
+  uint64_t a0 = off, a1 = end;
+  if (f.alignment() > 1) {
+    a0 = off & ~(kAlign - 1);
+    a1 = std::min<uint64_t>((end + kAlign - 1) & ~(kAlign - 1), f.size());
+  }
+  if (a1 - a0 > buf.size()) {
+    if (slot) up_->release(*slot);
+    return Status::Internal(fmt::format("run of {} bytes at {} exceeds the {}-byte staging buffer", a1 - a0, a0, buf.size()));
+  }
+  Status s = f.read_at(a0, buf.first(static_cast<size_t>(a1 - a0)));
+  if (!s.ok()) {
+    if (slot) up_->release(*slot);
+    return s;
+  }
+  bytes_read_ += a1 - a0;
+  std::vector<UploadCopy> copies;
+  std::vector<std::pair<uint32_t, uint64_t>> uploaded;  // (tensor, bytes) completed by the copies
+  for (const Piece& p : run) {
+    const Region& r = ts_[p.tensor].region;
+    if (r.device.host_accessible()) {
+      std::memcpy(r.data + p.dst_off, buf.data() + (p.file_off - a0), p.len);
+      landed(p.tensor, p.len);
+    } else {
+      copies.push_back({p.file_off - a0, r.data + p.dst_off, p.len});
+      uploaded.emplace_back(p.tensor, p.len);
     }
-  };
+  }
+  if (!slot) return Status();
+  if (copies.empty()) {
+    up_->release(*slot);
+    return Status();
+  }
+  return up_->submit(*slot, copies, [this, uploaded = std::move(uploaded)](Status st) {
+    if (!st.ok()) return d_.fail(st);
+    for (auto [ti, len] : uploaded) landed(ti, len);
+  });
+}
+
+// One scatter read per run straight into the tensors' memory: a single
+// ranged GET on a remote source however many small tensors lie side by side.
+Status Stream::read_scatter(const RandomAccessFile& f, std::span<const Piece> run) {
+  std::vector<std::span<std::byte>> dsts;
+  dsts.reserve(run.size());
+  uint64_t len = 0;
+  for (const Piece& p : run) {
+    dsts.emplace_back(ts_[p.tensor].region.data + p.dst_off, p.len);
+    len += p.len;
+  }
+  WL_RETURN_IF_ERROR(f.read_scatter_at(run.front().file_off, dsts));
+  bytes_read_ += len;
+  for (const Piece& p : run) landed(p.tensor, p.len);
+  return Status();
+}
+
+Status Stream::read_in_parallel() {
   std::vector<std::thread> pool;
-  for (int i = 0; i < threads; ++i)
-    pool.emplace_back([&] {
+  for (int i = 0; i < threads_; ++i)
+    pool.emplace_back([this] {
       try {  // nothing thrown may leave a thread (std::bad_alloc of a vector included)
         worker();
       } catch (const std::exception& e) {
-        d.fail(Status::OutOfRange(std::string("stream worker: ") + e.what()));
+        d_.fail(Status::OutOfRange(std::string("stream worker: ") + e.what()));
       }
     });
   for (auto& t : pool) t.join();
-  if (up) {
-    Status f = up->flush();
-    if (!f.ok()) d.fail(f);
+  if (up_) {
+    Status f = up_->flush();
+    if (!f.ok()) d_.fail(f);
   }
-  WL_RETURN_IF_ERROR(d.status());
+  return d_.status();
+}
 
-  // Tensors whose storage is not one contiguous range (some PyTorch views).
-  for (size_t ti : late) {
-    const PlannedTensor& t = plan.tensors[ti];
-    PlanFile& pf = plan.files[t.file];
-    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
+// Tensors whose storage is not one contiguous range (some PyTorch views).
+Status Stream::read_strided_tensors() {
+  for (size_t ti : late_) {
+    const PlannedTensor& t = plan_.tensors[ti];
+    PlanFile& pf = plan_.files[t.file];
+    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o_.env));
     auto full = reader->view(t.index);
     if (!full.ok()) return Status(full.status()).with_tensor(t.name).with_file(pf.path);
-    auto r = place(t, dest);
+    auto r = place(t, dest_);
     if (!r.ok()) return Status(r.status()).with_file(pf.path);
-    Status s = copy_shard(dest, t, *r, full->bytes());
+    Status s = copy_shard(dest_, t, *r, full->bytes());
     if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(pf.path);
-    bytes_read += t.nbytes;
-    WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, *r)));
+    bytes_read_ += t.nbytes;
+    WL_RETURN_IF_ERROR(d_.deliver(t, pf.path, view_of(t, *r)));
   }
-  for (size_t fi = 0; fi < plan.files.size(); ++fi) d.file_done();
-  stats.bytes_read = bytes_read.load();
+  return Status();
+}
+
+void Stream::finish(LoadStats& stats) {
+  for (size_t fi = 0; fi < plan_.files.size(); ++fi) d_.file_done();
+  stats.bytes_read = bytes_read_.load();
+  stats.direct_io = direct_;
+  stats.gds = gds_;
+}
+
+}  // namespace
+
+Status run_stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
+                  LoadStats& stats) {
+  Stream s(plan, o, path, dest, d);
+  WL_RETURN_IF_ERROR(s.check_destination());
+  s.lay_out();
+  s.begin();
+  WL_RETURN_IF_ERROR(s.size_reads());
+  WL_RETURN_IF_ERROR(s.hand_over_empty_tensors());
+  WL_RETURN_IF_ERROR(s.read_in_parallel());
+  WL_RETURN_IF_ERROR(s.read_strided_tensors());
+  s.finish(stats);
   return Status();
 }
 
