@@ -25,10 +25,10 @@ WL_HD void mulhilo(uint32_t a, uint32_t b, uint32_t* hi, uint32_t* lo) {
   *lo = static_cast<uint32_t>(p);
 }
 
-// Philox4x32-10 (Salmon et al., SC'11).
-WL_HD U4 philox4x32(uint64_t counter, uint64_t seed) {
-  uint32_t c0 = static_cast<uint32_t>(counter), c1 = static_cast<uint32_t>(counter >> 32), c2 = 0, c3 = 0;
-  uint32_t k0 = static_cast<uint32_t>(seed), k1 = static_cast<uint32_t>(seed >> 32);
+// Philox4x32-10 (Salmon et al., SC'11) over a full 128-bit counter: the one
+// round loop (philox4x32_lanes is its host-only, N-at-once twin).
+WL_HD U4 philox4x32_full(U4 ctr, uint32_t key0, uint32_t key1) {
+  uint32_t c0 = ctr.v[0], c1 = ctr.v[1], c2 = ctr.v[2], c3 = ctr.v[3], k0 = key0, k1 = key1;
   for (int r = 0; r < 10; ++r) {
     uint32_t hi0, lo0, hi1, lo1;
     mulhilo(0xD2511F53u, c0, &hi0, &lo0);
@@ -39,6 +39,12 @@ WL_HD U4 philox4x32(uint64_t counter, uint64_t seed) {
     k1 += 0xBB67AE85u;
   }
   return U4{{c0, c1, c2, c3}};
+}
+
+// Block `counter` of the stream keyed by `seed` (counter words 2 and 3 zero).
+WL_HD U4 philox4x32(uint64_t counter, uint64_t seed) {
+  return philox4x32_full(U4{{static_cast<uint32_t>(counter), static_cast<uint32_t>(counter >> 32), 0, 0}},
+                         static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32));
 }
 
 // Blocks first_counter .. first_counter+N-1 at once (host only), words in
@@ -74,21 +80,6 @@ inline void philox4x32_lanes(uint64_t first_counter, uint64_t seed, uint32_t* ou
     out[4 * n + 2] = c2[n];
     out[4 * n + 3] = c3[n];
   }
-}
-
-// The full-counter form, for known-answer tests.
-WL_HD U4 philox4x32_full(U4 ctr, uint32_t key0, uint32_t key1) {
-  uint32_t c0 = ctr.v[0], c1 = ctr.v[1], c2 = ctr.v[2], c3 = ctr.v[3], k0 = key0, k1 = key1;
-  for (int r = 0; r < 10; ++r) {
-    uint32_t hi0, lo0, hi1, lo1;
-    mulhilo(0xD2511F53u, c0, &hi0, &lo0);
-    mulhilo(0xCD9E8D57u, c2, &hi1, &lo1);
-    uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  return U4{{c0, c1, c2, c3}};
 }
 
 WL_HD uint32_t f32_bits(float f) {
