@@ -42,16 +42,22 @@ std::vector<std::string> mapped_libraries(std::string_view stem) {
   return out;
 }
 
-// A library already in the process, else the first of `names` that opens.
-// Handles stay open for the life of the process.
-void* open_library(std::string_view stem, const std::vector<std::string>& names, std::string* which,
-                   std::string* errors) {
+// A library of `stem` the process has mapped already, else nullptr.
+void* loaded_library(std::string_view stem, std::string* which) {
   for (const auto& path : mapped_libraries(stem)) {
     if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
       *which = path + " (already loaded)";
       return h;
     }
   }
+  return nullptr;
+}
+
+// A library already in the process, else the first of `names` that opens.
+// Handles stay open for the life of the process.
+void* open_library(std::string_view stem, const std::vector<std::string>& names, std::string* which,
+                   std::string* errors) {
+  if (void* h = loaded_library(stem, which)) return h;
   for (const auto& n : names) {
     if (void* h = ::dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)) {
       *which = n;
@@ -174,13 +180,7 @@ Api detect_cuda() {
   // 3. The runtime: one the process has, $WEIGHTLIFT_CUDART, our kernels'
   //    static runtime, the usual names.
   std::string rt_which, rt_errors;
-  void* rt = nullptr;
-  for (const auto& path : mapped_libraries("libcudart.so")) {
-    if ((rt = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD))) {
-      rt_which = path + " (already loaded)";
-      break;
-    }
-  }
+  void* rt = loaded_library("libcudart.so", &rt_which);
   if (!rt) {
     if (const char* env = std::getenv("WEIGHTLIFT_CUDART"); env && *env) {
       rt = ::dlopen(env, RTLD_NOW | RTLD_LOCAL);
@@ -188,19 +188,14 @@ Api detect_cuda() {
       else if (const char* e = ::dlerror()) rt_errors += fmt::format("\n  {}", e);
     }
   }
-  if (rt) {
-    std::string rt_missing;
-    if (!resolve_runtime(rt, &a.rt, &rt_missing)) {
-      a.reason = fmt::format("the CUDA runtime {} lacks {}", rt_which, rt_missing);
-      a.rt = {};
-      return a;
-    }
-  } else if (kernels) {
+  if (!rt && kernels) {
     a.rt = kernels->runtime;
     rt_which = std::string(kKernelsLib) + " (static runtime)";
   } else {
-    rt = open_library("libcudart.so", {"libcudart.so.13", "libcudart.so.12", "libcudart.so", "/usr/local/cuda/lib64/libcudart.so"},
-                      &rt_which, &rt_errors);
+    if (!rt)
+      rt = open_library("libcudart.so",
+                        {"libcudart.so.13", "libcudart.so.12", "libcudart.so", "/usr/local/cuda/lib64/libcudart.so"},
+                        &rt_which, &rt_errors);
     if (!rt) {
       a.reason = fmt::format("the CUDA runtime library (libcudart.so) is not installed, and {}{}", a.kernels_reason,
                              rt_errors);
