@@ -49,10 +49,6 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& method_tabl
 // Only TorchAOConfig implements from_config_file / from_config_dict_json.
 bool has_from_config_file(std::string_view method) { return method == "torchao"; }
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 Result<json> parse_json(std::string_view text, const std::string& what) {
   try {
     return json::parse(text);
@@ -97,7 +93,7 @@ Result<std::vector<std::string>> json_files(const std::string& folder) {
   WL_ASSIGN_OR_RETURN(auto entries, Env::Default()->list_dir(folder));
   std::vector<std::string> out;
   for (const auto& e : entries)
-    if (!e.name.empty() && e.name[0] != '.' && ends_with(e.name, ".json")) out.push_back(join_path(folder, e.name));
+    if (!e.name.empty() && e.name[0] != '.' && e.name.ends_with(".json")) out.push_back(join_path(folder, e.name));
   std::sort(out.begin(), out.end());
   return out;
 }
@@ -253,7 +249,7 @@ Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
   WL_ASSIGN_OR_RETURN(std::vector<std::string> candidates, json_files(dir));
   std::vector<std::string> matches;
   for (const auto& f : candidates)
-    if (std::any_of(filenames.begin(), filenames.end(), [&](const std::string& n) { return ends_with(f, n); }))
+    if (std::any_of(filenames.begin(), filenames.end(), [&](const std::string& n) { return f.ends_with(n); }))
       matches.push_back(f);
   if (matches.empty())
     return Status::NotFound(fmt::format("cannot find the config file for {} (looked for *{} among the *.json files)",

@@ -28,10 +28,6 @@ void emit(const WarnFn& warn, const std::string& text) {
     warn_once_stderr(text);
 }
 
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-
 // Python's str.replace(old, new): every non-overlapping occurrence, left to right.
 std::string replace_all(std::string_view s, std::string_view from, std::string_view to) {
   std::string out;
@@ -106,7 +102,7 @@ std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, cons
   std::string n(name);
   if (params.contains(n)) return n;
 
-  if (ends_with(name, ".kv_scale")) {
+  if (name.ends_with(".kv_scale")) {
     emit(warn,
          "DEPRECATED: found kv_scale in the checkpoint; it is remapped to k_scale (and k_scale is "
          "used for v_scale). Store separate k_scale and v_scale tensors instead.");
@@ -121,7 +117,7 @@ std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, cons
 
   bool is_scale = false;
   for (auto suffix : kScaleSuffixes)
-    if (ends_with(name, suffix)) is_scale = true;
+    if (name.ends_with(suffix)) is_scale = true;
   if (!is_scale) return n;
 
   const bool mla = params.any_contains("mla_attn");
@@ -151,7 +147,7 @@ std::string maybe_remap_moe_expert_param_name(std::string_view name, const Param
   bool expert = false;
   for (auto suffix : kExpertSuffixes) {
     std::string dotted = "." + std::string(suffix);
-    if (name.find(dotted) != std::string_view::npos || ends_with(name, suffix)) {
+    if (name.find(dotted) != std::string_view::npos || name.ends_with(suffix)) {
       expert = true;
       break;
     }

@@ -6,12 +6,6 @@
 
 namespace wl {
 
-namespace {
-bool ends_with(std::string_view s, std::string_view suffix) {
-  return s.size() >= suffix.size() && s.substr(s.size() - suffix.size()) == suffix;
-}
-}  // namespace
-
 std::optional<int64_t> parse_expert_id(std::string_view name) {
   constexpr std::string_view kKey = ".experts.";
   size_t from = 0;
@@ -58,7 +52,7 @@ bool should_skip_weight(std::string_view name, const std::optional<std::set<int6
   if (!local) return false;
   auto id = parse_expert_id(name);
   if (!id) return false;
-  if (!ends_with(name, ".weight") && !ends_with(name, ".weight_packed")) return false;
+  if (!name.ends_with(".weight") && !name.ends_with(".weight_packed")) return false;
   return local->count(*id) == 0;
 }
 
