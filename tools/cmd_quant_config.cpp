@@ -6,6 +6,7 @@
 #include <memory>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "command.h"
 #include "weightlift/hub.h"
@@ -42,20 +43,22 @@ int run_quant_config(const QuantConfigArgs& a) {
   // Remote models: the Hub client fetches the *.json files (cache = --download-dir).
   rq.download = [](const std::string& repo, const std::string& revision, const std::string& pattern,
                    const std::string& dir) { return download_config_files(repo, revision, pattern, dir); };
-  auto parse = [](const std::string& text, const char* flag, nlohmann::json* out) -> bool {
+  auto valid = [](const std::string& text, const char* flag) -> bool {
     try {
-      *out = nlohmann::json::parse(text);
+      [[maybe_unused]] auto parsed = nlohmann::json::parse(text);
       return true;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "weightlift: error: %s is not valid JSON: %s\n", flag, e.what());
       return false;
     }
   };
-  if (!a.hf_overrides.empty() && !parse(a.hf_overrides, "--hf-overrides", &rq.hf_overrides)) return 2;
+  if (!a.hf_overrides.empty()) {
+    if (!valid(a.hf_overrides, "--hf-overrides")) return 2;
+    rq.hf_overrides = a.hf_overrides;
+  }
   if (!a.online.empty()) {
-    nlohmann::json online;
-    if (!parse(a.online, "--online", &online)) return 2;
-    rq.online_quantization = std::move(online);
+    if (!valid(a.online, "--online")) return 2;
+    rq.online_quantization = a.online;
   }
   auto r = get_quant_config(rq);
   if (!r.ok()) return fail(r.status());
@@ -63,7 +66,7 @@ int run_quant_config(const QuantConfigArgs& a) {
   out["source"] = quant_config_source_name(r->source);
   out["file"] = r->file.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r->file);
   out["folder"] = r->folder.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r->folder);
-  out["config"] = r->config;
+  out["config"] = nlohmann::ordered_json::parse(r->config);
   std::printf("%s\n", out.dump(2).c_str());
   return 0;
 }

@@ -3,6 +3,8 @@
 #include <cstdio>
 #include <memory>
 
+#include <nlohmann/json.hpp>
+
 #include "command.h"
 #include "weightlift/hub.h"
 #include "weightlift/quant_config.h"
@@ -28,7 +30,7 @@ RunFn setup_sparse(CLI::App& sub) {
                                  const std::string& dir) { return download_config_files(repo, revision, pattern, dir); };
     auto r = get_sparse_attention_config(a->model, a->revision, a->download_dir, download, a->file);
     if (!r.ok()) return fail(r.status());
-    std::printf("%s\n", r->dump(2).c_str());
+    std::printf("%s\n", nlohmann::json::parse(*r).dump(2).c_str());
     return 0;
   };
 }

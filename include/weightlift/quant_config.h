@@ -3,6 +3,7 @@
 //
 // The result is the JSON a quantization method's from_config() would receive,
 // plus where it came from; building the method object is the engine's job.
+// JSON crosses this API as text (compact, as nlohmann's dump() writes it).
 // Remote models: the download of the model's "*.json" files is injected
 // (JsonDownloader), so this file needs no network code and tests use a fake.
 // Thread-safety: functions are reentrant; the downloader is called under the
@@ -14,8 +15,6 @@
 #include <string>
 #include <string_view>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "weightlift/status.h"
 
@@ -37,13 +36,15 @@ Result<std::vector<std::string>> quant_config_filenames(std::string_view method)
 struct QuantConfigRequest {
   std::string model;         // local folder or hub repo id (model_config.model)
   std::string quantization;  // the method ("awq", "fp8", ...); empty is an error
-  // Parsed config.json (model_config.hf_config). When absent it is read from
-  // <model>/config.json for a local folder, or from the downloaded folder for
-  // a remote model (only if the downloader is set); a missing file counts as {}.
-  std::optional<nlohmann::json> hf_config;
-  nlohmann::json hf_overrides = nlohmann::json::object();  // must be an object
-  // model_config.quantization_config (online quantization arguments), if set.
-  std::optional<nlohmann::json> online_quantization;
+  // config.json as JSON text (model_config.hf_config). When absent it is read
+  // from <model>/config.json for a local folder, or from the downloaded folder
+  // for a remote model (only if the downloader is set); a missing file counts
+  // as {}. Text that is not JSON is kInvalidArgument ("hf_config is not valid
+  // JSON"), as for the two below.
+  std::optional<std::string> hf_config;
+  std::string hf_overrides = "{}";  // JSON text; must be an object
+  // model_config.quantization_config (online quantization arguments) as JSON text, if set.
+  std::optional<std::string> online_quantization;
   std::string revision;
   std::string download_dir;  // also the lock directory (empty: system temp dir)
   JsonDownloader download;   // needed only when `model` is not a local folder
@@ -63,7 +64,7 @@ enum class QuantConfigSource {
 std::string_view quant_config_source_name(QuantConfigSource s);  // "hf_config", "file", ...
 
 struct QuantConfigResult {
-  nlohmann::json config;  // what the method's from_config() receives
+  std::string config;     // JSON text: what the method's from_config() receives
   QuantConfigSource source = QuantConfigSource::kDefault;
   std::string file;       // the file read (kFile, kOverrideFile, config.json sources)
   std::string folder;     // the folder searched (kFile / kDefault after lookup)
@@ -72,11 +73,12 @@ struct QuantConfigResult {
 // get_quant_config(), branch for branch; see docs/model.md for the order.
 Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& request);
 
-// get_sparse_attention_config(): <folder>/<file_name> parsed, or {} when the
-// file does not exist. Remote models download "*.json" first (under the lock).
-Result<nlohmann::json> get_sparse_attention_config(const std::string& model, const std::string& revision = {},
-                                                   const std::string& download_dir = {},
-                                                   const JsonDownloader& download = {},
-                                                   const std::string& file_name = "sparse_attention_config.json");
+// get_sparse_attention_config(): <folder>/<file_name> as JSON text (checked,
+// compact), or "{}" when the file does not exist. Remote models download
+// "*.json" first (under the lock).
+Result<std::string> get_sparse_attention_config(const std::string& model, const std::string& revision = {},
+                                                const std::string& download_dir = {},
+                                                const JsonDownloader& download = {},
+                                                const std::string& file_name = "sparse_attention_config.json");
 
 }  // namespace wl

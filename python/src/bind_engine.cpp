@@ -590,14 +590,9 @@ void bind_engine(nb::module_& m) {
         wl::QuantConfigRequest rq;
         rq.model = model;
         rq.quantization = quantization;
-        auto parse = [](const std::string& text, const char* what) {
-          auto j = nlohmann::json::parse(text, nullptr, false);
-          if (j.is_discarded()) raise(wl::Status::InvalidArgument(std::string(what) + " is not valid JSON"));
-          return j;
-        };
-        if (hf_config) rq.hf_config = parse(*hf_config, "hf_config");
-        rq.hf_overrides = parse(hf_overrides, "hf_overrides");
-        if (online) rq.online_quantization = parse(*online, "quantization_config");
+        rq.hf_config = hf_config;  // JSON text; the engine checks it
+        rq.hf_overrides = hf_overrides;
+        rq.online_quantization = online;
         rq.revision = revision;
         rq.download_dir = download_dir;
         rq.download = hub_downloader(offline);
@@ -607,7 +602,7 @@ void bind_engine(nb::module_& m) {
           r = wl::get_quant_config(rq);
         }
         wl::QuantConfigResult q = unwrap(std::move(r));
-        return nb::make_tuple(q.config.dump(), std::string(wl::quant_config_source_name(q.source)), q.file, q.folder);
+        return nb::make_tuple(q.config, std::string(wl::quant_config_source_name(q.source)), q.file, q.folder);
       },
       "model"_a, "quantization"_a, "hf_config"_a.none(), "hf_overrides"_a, "online"_a.none(), "revision"_a,
       "download_dir"_a, "offline"_a.none());
@@ -615,12 +610,12 @@ void bind_engine(nb::module_& m) {
       "get_sparse_attention_config",
       [](const std::string& model, const std::string& revision, const std::string& download_dir,
          const std::string& file_name, std::optional<bool> offline) {
-        wl::Result<nlohmann::json> r = wl::Status::Internal("not run");
+        wl::Result<std::string> r = wl::Status::Internal("not run");
         {
           nb::gil_scoped_release nogil;
           r = wl::get_sparse_attention_config(model, revision, download_dir, hub_downloader(offline), file_name);
         }
-        return unwrap(std::move(r)).dump();
+        return unwrap(std::move(r));
       },
       "model"_a, "revision"_a, "download_dir"_a, "file_name"_a, "offline"_a.none());
 }

@@ -6,6 +6,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "weightlift/io.h"
 #include "weightlift/lock.h"
@@ -130,7 +131,29 @@ std::string_view quant_config_source_name(QuantConfigSource s) {
   return "unknown";
 }
 
-Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
+namespace {
+
+// The request's JSON texts, parsed.
+struct QuantConfigInputs {
+  std::optional<json> hf_config;
+  json hf_overrides;
+  std::optional<json> online;
+};
+
+// QuantConfigResult with the config still parsed.
+struct QuantConfigFound {
+  json config;
+  QuantConfigSource source = QuantConfigSource::kDefault;
+  std::string file, folder;
+};
+
+Result<json> parse_argument(const std::string& text, const char* what) {
+  json j = json::parse(text, nullptr, false);
+  if (j.is_discarded()) return Status::InvalidArgument(std::string(what) + " is not valid JSON");
+  return j;
+}
+
+Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const QuantConfigInputs& in) {
   if (rq.quantization.empty())
     return Status::InvalidArgument("the model's quantization method is not specified");
   WL_ASSIGN_OR_RETURN(std::vector<std::string> filenames, quant_config_filenames(rq.quantization));
@@ -148,8 +171,8 @@ Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
   // model_config.hf_config
   json hf_config = json::object();
   std::string config_path;
-  if (rq.hf_config) {
-    hf_config = *rq.hf_config;
+  if (in.hf_config) {
+    hf_config = *in.hf_config;
   } else if (Env::Default()->is_directory(rq.model) || rq.download) {
     WL_ASSIGN_OR_RETURN(std::string f, get_folder());
     config_path = join_path(f, "config.json");
@@ -160,7 +183,7 @@ Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
   if (!hf_config.is_object())
     return Status::InvalidArgument("the model config is not a JSON object").with_file(config_path);
 
-  QuantConfigResult out;
+  QuantConfigFound out;
   out.file = config_path;
   const json* hf_quant = attr(&hf_config, "quantization_config");
   const json* text_config = attr(&hf_config, "text_config");
@@ -198,9 +221,9 @@ Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
   }
   out.file.clear();
 
-  if (!rq.hf_overrides.is_object())
+  if (!in.hf_overrides.is_object())
     return Status::InvalidArgument("hf_overrides must be a JSON object to look up the quantization config in it");
-  if (const json* file = attr(&rq.hf_overrides, "quantization_config_file")) {
+  if (const json* file = attr(&in.hf_overrides, "quantization_config_file")) {
     if (!has_from_config_file(rq.quantization))
       return Status::Unimplemented(fmt::format(
           "hf_overrides sets quantization_config_file, but the {} method cannot read a config file",
@@ -214,7 +237,7 @@ Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
     out.file = path;
     return out;
   }
-  if (const json* text = attr(&rq.hf_overrides, "quantization_config_dict_json")) {
+  if (const json* text = attr(&in.hf_overrides, "quantization_config_dict_json")) {
     if (!has_from_config_file(rq.quantization))
       return Status::Unimplemented(fmt::format(
           "hf_overrides sets quantization_config_dict_json, but the {} method cannot read a config dict",
@@ -228,8 +251,8 @@ Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
     return out;
   }
 
-  if (rq.online_quantization) {
-    out.config = *rq.online_quantization;
+  if (in.online) {
+    out.config = *in.online;
     out.source = QuantConfigSource::kOnline;
     return out;
   }
@@ -280,13 +303,29 @@ Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
   return out;
 }
 
-Result<nlohmann::json> get_sparse_attention_config(const std::string& model, const std::string& revision,
-                                                   const std::string& download_dir, const JsonDownloader& download,
-                                                   const std::string& file_name) {
+}  // namespace
+
+Result<QuantConfigResult> get_quant_config(const QuantConfigRequest& rq) {
+  QuantConfigInputs in;
+  if (rq.hf_config) {
+    WL_ASSIGN_OR_RETURN(in.hf_config, parse_argument(*rq.hf_config, "hf_config"));
+  }
+  WL_ASSIGN_OR_RETURN(in.hf_overrides, parse_argument(rq.hf_overrides, "hf_overrides"));
+  if (rq.online_quantization) {
+    WL_ASSIGN_OR_RETURN(in.online, parse_argument(*rq.online_quantization, "quantization_config"));
+  }
+  WL_ASSIGN_OR_RETURN(QuantConfigFound found, find_quant_config(rq, in));
+  return QuantConfigResult{found.config.dump(), found.source, std::move(found.file), std::move(found.folder)};
+}
+
+Result<std::string> get_sparse_attention_config(const std::string& model, const std::string& revision,
+                                                const std::string& download_dir, const JsonDownloader& download,
+                                                const std::string& file_name) {
   WL_ASSIGN_OR_RETURN(std::string folder, json_folder(model, revision, download_dir, download));
   std::string path = join_path(folder, file_name);
-  if (!Env::Default()->exists(path)) return nlohmann::json::object();
-  return read_json_file(path);
+  if (!Env::Default()->exists(path)) return std::string("{}");
+  WL_ASSIGN_OR_RETURN(json config, read_json_file(path));
+  return config.dump();
 }
 
 }  // namespace wl
