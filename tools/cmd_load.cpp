@@ -71,10 +71,9 @@ Result<std::unique_ptr<Preallocated>> preallocate(const std::vector<std::string>
   for (const auto& f : files) {
     WL_ASSIGN_OR_RETURN(auto ck, open_checkpoint(f));
     for (const auto& t : ck->tensors()) {
-      auto b = Buffer::allocate(static_cast<size_t>(t.nbytes));
-      if (!b.ok()) return std::move(b).status().with_tensor(t.name).with_file(f);
-      if (t.nbytes) std::memset(b->data(), 0, b->size());
-      p->buffers[t.name] = std::move(*b);
+      WL_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(static_cast<size_t>(t.nbytes)), .tensor = t.name, .file = f);
+      if (t.nbytes) std::memset(b.data(), 0, b.size());
+      p->buffers[t.name] = std::move(b);
     }
   }
   p->dest = caller_destination([m = p.get()](const TensorRequest& r) -> Result<Region> {
@@ -98,13 +97,12 @@ Result<LoadStats> load_dummy(const std::vector<std::string>& files, uint64_t see
       DummyOptions o;
       o.seed = seed;
       o.threads = threads;
-      auto host = dummy_tensor(t.dtype, t.shape, o);
-      if (!host.ok()) return std::move(host).status().with_tensor(t.name).with_file(f);
+      WL_ASSIGN_OR_RETURN(Tensor host, dummy_tensor(t.dtype, t.shape, o), .tensor = t.name, .file = f);
       LoadedTensor lt;
       lt.name = t.name;
       lt.file = f;
       lt.ordinal = ordinal++;
-      lt.view = host->view();
+      lt.view = host.view();
       st.tensors++;
       st.bytes += t.nbytes;
       WL_RETURN_IF_ERROR(sink(std::move(lt)));

@@ -115,21 +115,41 @@ class [[nodiscard]] Result {
   std::variant<Status, T> v_;
 };
 
+// What an error is about, added on its way out by the macros below. Like
+// with_tensor / with_file it fills only what the error does not name yet.
+struct ErrorContext {
+  std::string_view tensor;
+  std::string_view file;
+};
+inline Status with_context(Status s) { return s; }
+inline Status with_context(Status s, const ErrorContext& c) {
+  if (!c.tensor.empty()) s.with_tensor(c.tensor);
+  if (!c.file.empty()) s.with_file(c.file);
+  return s;
+}
+
 #define WL_CONCAT_INNER_(a, b) a##b
 #define WL_CONCAT_(a, b) WL_CONCAT_INNER_(a, b)
 
-#define WL_RETURN_IF_ERROR(expr)                 \
-  do {                                           \
-    ::wl::Status wl_status_ = (expr);            \
-    if (!wl_status_.ok()) return wl_status_;     \
+// WL_RETURN_IF_ERROR(expr) returns expr's error from the caller;
+// WL_RETURN_IF_ERROR(expr, .tensor = name, .file = path) names what it was
+// about first (either field may be left out; ErrorContext above).
+#define WL_RETURN_IF_ERROR(expr, ...)                                                                    \
+  do {                                                                                                   \
+    ::wl::Status wl_status_ = (expr);                                                                    \
+    if (!wl_status_.ok())                                                                                \
+      return ::wl::with_context(std::move(wl_status_) __VA_OPT__(, ::wl::ErrorContext{__VA_ARGS__}));    \
   } while (0)
 
-#define WL_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr) \
-  auto tmp = (expr);                              \
-  if (!tmp.ok()) return std::move(tmp).status();  \
+#define WL_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr, ...)                                                      \
+  auto tmp = (expr);                                                                                      \
+  if (!tmp.ok()) return ::wl::with_context(std::move(tmp).status() __VA_OPT__(, ::wl::ErrorContext{__VA_ARGS__})); \
   lhs = std::move(tmp).value()
 
 // WL_ASSIGN_OR_RETURN(auto x, fallible()); returns the error from the caller.
-#define WL_ASSIGN_OR_RETURN(lhs, expr) WL_ASSIGN_OR_RETURN_IMPL_(WL_CONCAT_(wl_result_, __LINE__), lhs, expr)
+// WL_ASSIGN_OR_RETURN(auto x, fallible(), .tensor = name, .file = path) names
+// what it was about first, as WL_RETURN_IF_ERROR does.
+#define WL_ASSIGN_OR_RETURN(lhs, expr, ...) \
+  WL_ASSIGN_OR_RETURN_IMPL_(WL_CONCAT_(wl_result_, __LINE__), lhs, expr __VA_OPT__(, ) __VA_ARGS__)
 
 }  // namespace wl

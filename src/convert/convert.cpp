@@ -49,19 +49,18 @@ Result<Converted> convert_one(const std::string& input, const std::string& outpu
     source.push_back(i);
   }
   const std::map<std::string, std::string> metadata = {{"format", "pt"}};
-  auto plan = plan_safetensors(named, metadata);
-  if (!plan.ok()) return std::move(plan).status().with_file(input);
+  WL_ASSIGN_OR_RETURN(auto plan, plan_safetensors(named, metadata), .file = input);
   const uint64_t in_size = ck->file_->size();
-  if (in_size > 0 && static_cast<double>(plan->total_size) > static_cast<double>(in_size) * (1.0 + o.max_size_growth))
+  if (in_size > 0 && static_cast<double>(plan.total_size) > static_cast<double>(in_size) * (1.0 + o.max_size_growth))
     return Status::Internal(fmt::format("the safetensors output would be {} bytes, more than {:.0f}% above the input's "
                                         "{} bytes; refusing to write it",
-                                        plan->total_size, o.max_size_growth * 100, in_size))
+                                        plan.total_size, o.max_size_growth * 100, in_size))
         .with_file(input);
   if (Status s = env->create_dirs(parent_dir(output)); !s.ok())
     return Status(s.code(), "cannot create folder " + parent_dir(output) + ": " + s.message()).with_file(output);
   WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(output, 0644, env));
-  WL_RETURN_IF_ERROR(out.append(plan->prefix));
-  for (size_t idx : plan->order) WL_RETURN_IF_ERROR(out.append(named[idx].view.bytes()));
+  WL_RETURN_IF_ERROR(out.append(plan.prefix));
+  for (size_t idx : plan.order) WL_RETURN_IF_ERROR(out.append(named[idx].view.bytes()));
   if (o.verify) {
     // Read the temporary file back (its header through the safetensors parser, its data with
     // large preads) and compare every tensor byte for byte with what was meant to be written.
@@ -97,7 +96,7 @@ Result<Converted> convert_one(const std::string& input, const std::string& outpu
   res->outputs.push_back(output);
   res->tensors += named.size();
   res->input_bytes += in_size;
-  res->output_bytes += plan->total_size;
+  res->output_bytes += plan.total_size;
   Converted c;
   for (auto& n : named) c.names.emplace_back(n.name, n.view.nbytes());
   return c;

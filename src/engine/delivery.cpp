@@ -118,16 +118,15 @@ TensorView view_of(const PlannedTensor& t, const Region& r) {
 }
 
 Result<Region> place(const PlannedTensor& t, Destination& dest) {
-  auto r = dest.allocate(t.request());
-  if (!r.ok()) return Status(r.status()).with_tensor(t.name);
-  if (r->size != t.nbytes)
-    return Status::InvalidArgument(fmt::format("destination holds {} bytes, the tensor needs {}", r->size, t.nbytes))
+  WL_ASSIGN_OR_RETURN(Region r, dest.allocate(t.request()), .tensor = t.name);
+  if (r.size != t.nbytes)
+    return Status::InvalidArgument(fmt::format("destination holds {} bytes, the tensor needs {}", r.size, t.nbytes))
         .with_tensor(t.name);
-  if (r->data == nullptr && t.nbytes > 0) return Status::InvalidArgument("destination returned no memory").with_tensor(t.name);
-  if (!r->device.host_accessible() && dest.uploader() == nullptr)
-    return Status::InvalidArgument(fmt::format("destination memory on {} needs an uploader", r->device.to_string()))
+  if (r.data == nullptr && t.nbytes > 0) return Status::InvalidArgument("destination returned no memory").with_tensor(t.name);
+  if (!r.device.host_accessible() && dest.uploader() == nullptr)
+    return Status::InvalidArgument(fmt::format("destination memory on {} needs an uploader", r.device.to_string()))
         .with_tensor(t.name);
-  return std::move(*r);
+  return r;
 }
 
 namespace {

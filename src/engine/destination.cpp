@@ -11,9 +11,8 @@ class HostDestination final : public Destination {
  public:
   Device device() const override { return kCpu; }
   Result<Region> allocate(const TensorRequest& req) override {
-    auto b = Buffer::allocate(static_cast<size_t>(req.nbytes));
-    if (!b.ok()) return Status(b.status()).with_tensor(req.name);
-    auto owner = std::make_shared<Buffer>(std::move(*b));
+    WL_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(static_cast<size_t>(req.nbytes)), .tensor = req.name);
+    auto owner = std::make_shared<Buffer>(std::move(b));
     return Region{owner->data(), req.nbytes, kCpu, owner};
   }
 };

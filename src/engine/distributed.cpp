@@ -490,9 +490,7 @@ Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
       Received& r = recv_[ext.tensor];
       if (!r.placed) {
         const PlannedTensor& pt = plan_.tensors[order_[ext.tensor]];
-        auto reg = place(pt, dest_);
-        if (!reg.ok()) return Status(reg.status()).with_file(plan_.files[pt.file].path);
-        r.region = std::move(*reg);
+        WL_ASSIGN_OR_RETURN(r.region, place(pt, dest_), .file = plan_.files[pt.file].path);
         r.placed = true;
       }
       copies.push_back({ext.tensor, ext.dst_off + (s - ext.pos), base + (s - a), t - s});

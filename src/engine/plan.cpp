@@ -69,11 +69,11 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
       t.file_offset = ct.file_offset;
       if (o.tp_size > 1 || !o.shard_rules.empty()) {
         if (const ShardRule* r = find_shard_rule(o.shard_rules, ct.name)) {
-          auto l = shard_layout(ct.dtype, ct.shape, r->dim, o.tp_rank, o.tp_size);
-          if (!l.ok()) return Status(l.status()).with_tensor(ct.name).with_file(files[fi]);
-          t.shape = l->shape;
-          t.nbytes = l->nbytes;
-          t.shard = *l;
+          WL_ASSIGN_OR_RETURN(ShardLayout l, shard_layout(ct.dtype, ct.shape, r->dim, o.tp_rank, o.tp_size),
+                              .tensor = ct.name, .file = files[fi]);
+          t.shape = l.shape;
+          t.nbytes = l.nbytes;
+          t.shard = std::move(l);
         }
       }
       plan.bytes_total += t.nbytes;

@@ -24,11 +24,9 @@ Status deliver_from(const PlannedTensor& t, const PlanFile& pf, const TensorView
                     Destination& dest, Delivery& d, bool share) {
   if (!t.shard && share && o.destination == nullptr)
     return d.deliver(t, pf.path, TensorView(t.dtype, t.shape, full.bytes(), full.owner()));
-  auto r = place(t, dest);
-  if (!r.ok()) return Status(r.status()).with_file(pf.path);
-  Status s = copy_shard(dest, t, *r, full.bytes());
-  if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(pf.path);
-  return d.deliver(t, pf.path, view_of(t, *r));
+  WL_ASSIGN_OR_RETURN(Region r, place(t, dest), .file = pf.path);
+  WL_RETURN_IF_ERROR(copy_shard(dest, t, r, full.bytes()), .tensor = t.name, .file = pf.path);
+  return d.deliver(t, pf.path, view_of(t, r));
 }
 
 // A tensor copied into the destination (shards, or a caller's memory) out of
@@ -43,9 +41,7 @@ Status copy_from_mapping(const PlannedTensor& t, PlanFile& pf, const std::shared
     full = TensorView(t.dtype, t.full_shape, *bytes, file);
   } else {
     WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
-    auto v = reader->view(t.index);
-    if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
-    full = *v;
+    WL_ASSIGN_OR_RETURN(full, reader->view(t.index), .tensor = t.name, .file = pf.path);
   }
   return deliver_from(t, pf, full, o, dest, d, /*share=*/false);
 }
@@ -70,11 +66,10 @@ bool as_view(const PlannedTensor& t, const ReadPath& path) {
 // alongside), unless the consumer has already let it go.
 Status deliver_view(const PlannedTensor& t, const PlanFile& pf, const std::shared_ptr<RandomAccessFile>& file,
                     Delivery& d, bool populate) {
-  auto span = file->view(*t.file_offset, t.nbytes);
-  if (!span.ok()) return Status(span.status()).with_tensor(t.name).with_file(pf.path);
+  WL_ASSIGN_OR_RETURN(auto span, file->view(*t.file_offset, t.nbytes), .tensor = t.name, .file = pf.path);
   auto owner = std::make_shared<MappedTensor>(file, *t.file_offset, t.nbytes);
   std::weak_ptr<MappedTensor> alive = owner;
-  WL_RETURN_IF_ERROR(d.deliver(t, pf.path, TensorView(t.dtype, t.shape, *span, std::move(owner))));
+  WL_RETURN_IF_ERROR(d.deliver(t, pf.path, TensorView(t.dtype, t.shape, span, std::move(owner))));
   if (populate && t.nbytes > 0)
     if (auto keep = alive.lock()) file->advise(*t.file_offset, t.nbytes, Advice::kPopulate);
   return Status();
@@ -119,12 +114,11 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, const ReadPat
       continue;
     }
     if (!t.shard && t.file_offset) {
-      auto r = place(t, dest);
-      if (!r.ok()) return Status(r.status()).with_file(pf.path);
-      Status s = read_region(dest, *r, 0, *file, *t.file_offset, t.nbytes, pending);
-      if (s.ok() && !r->device.host_accessible()) s = pending.wait();
-      if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(pf.path);
-      WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, *r)));
+      WL_ASSIGN_OR_RETURN(Region r, place(t, dest), .file = pf.path);
+      Status s = read_region(dest, r, 0, *file, *t.file_offset, t.nbytes, pending);
+      if (s.ok() && !r.device.host_accessible()) s = pending.wait();
+      WL_RETURN_IF_ERROR(s, .tensor = t.name, .file = pf.path);
+      WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, r)));
       continue;
     }
     WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
@@ -186,9 +180,7 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, const ReadPa
       full = TensorView(t.dtype, t.full_shape, owner->span().subspan(*t.file_offset, full_bytes), owner);
     } else {
       WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
-      auto v = r->view(t.index);
-      if (!v.ok()) return Status(v.status()).with_tensor(t.name).with_file(pf.path);
-      full = *v;
+      WL_ASSIGN_OR_RETURN(full, r->view(t.index), .tensor = t.name, .file = pf.path);
     }
     WL_RETURN_IF_ERROR(deliver_from(t, pf, full, o, dest, d, /*share=*/true));
   }

@@ -288,8 +288,7 @@ Status Stream::hand_over_empty_tensors() {
     for (size_t ti : order_) {
       if (upfront + plan_.tensors[ti].nbytes > room) break;
       upfront += plan_.tensors[ti].nbytes;
-      Status s = ensure_alloc(ti);
-      if (!s.ok()) return std::move(s).with_file(plan_.files[plan_.tensors[ti].file].path);
+      WL_RETURN_IF_ERROR(ensure_alloc(ti), .file = plan_.files[plan_.tensors[ti].file].path);
     }
   }
   return Status();
@@ -359,8 +358,7 @@ void Stream::worker() {
 Status Stream::read_run(std::span<const Piece> run, Buffer& staging) {
   bool to_device = false;
   for (const Piece& p : run) {
-    Status s = ensure_alloc(p.tensor);
-    if (!s.ok()) return Status(s).with_file(plan_.files[p.file].path);
+    WL_RETURN_IF_ERROR(ensure_alloc(p.tensor), .file = plan_.files[p.file].path);
     to_device |= !ts_[p.tensor].region.device.host_accessible();
   }
   WL_ASSIGN_OR_RETURN(auto fh, file_of(run.front().file));
@@ -399,7 +397,7 @@ Status Stream::read_direct(const RandomAccessFile& f, std::span<const Piece> run
     std::byte* dst = ts_[p.tensor].region.data + p.dst_off;
     Status s = ts_[p.tensor].region.device.host_accessible() ? f.read_at(p.file_off, std::span(dst, p.len))
                                                               : up_->read_direct(f, p.file_off, dst, p.len);
-    if (!s.ok()) return std::move(s).with_tensor(plan_.tensors[p.tensor].name);
+    WL_RETURN_IF_ERROR(s, .tensor = plan_.tensors[p.tensor].name);
     bytes_read_ += p.len;
     landed(p.tensor, p.len);
   }
@@ -489,14 +487,11 @@ Status Stream::read_strided_tensors() {
     const PlannedTensor& t = plan_.tensors[ti];
     PlanFile& pf = plan_.files[t.file];
     WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o_.env));
-    auto full = reader->view(t.index);
-    if (!full.ok()) return Status(full.status()).with_tensor(t.name).with_file(pf.path);
-    auto r = place(t, dest_);
-    if (!r.ok()) return Status(r.status()).with_file(pf.path);
-    Status s = copy_shard(dest_, t, *r, full->bytes());
-    if (!s.ok()) return std::move(s).with_tensor(t.name).with_file(pf.path);
+    WL_ASSIGN_OR_RETURN(TensorView full, reader->view(t.index), .tensor = t.name, .file = pf.path);
+    WL_ASSIGN_OR_RETURN(Region r, place(t, dest_), .file = pf.path);
+    WL_RETURN_IF_ERROR(copy_shard(dest_, t, r, full.bytes()), .tensor = t.name, .file = pf.path);
     bytes_read_ += t.nbytes;
-    WL_RETURN_IF_ERROR(d_.deliver(t, pf.path, view_of(t, *r)));
+    WL_RETURN_IF_ERROR(d_.deliver(t, pf.path, view_of(t, r)));
   }
   return Status();
 }

@@ -37,8 +37,7 @@ Result<std::vector<std::string>> np_cache_names(const std::string& hf_folder) {
 
 Result<Tensor> np_cache_read(const std::string& hf_folder, const std::string& name, Env* env) {
   if (!plain_file_name(name)) return Status::InvalidArgument("not a plain file name").with_tensor(name);
-  auto t = read_npy((fs::path(hf_folder) / kNpCacheFolder / name).string(), env);
-  if (!t.ok()) return std::move(t).status().with_tensor(name);
+  WL_ASSIGN_OR_RETURN(Tensor t, read_npy((fs::path(hf_folder) / kNpCacheFolder / name).string(), env), .tensor = name);
   return t;
 }
 
@@ -61,8 +60,7 @@ Result<NpCacheResult> np_cache_prepare(const std::vector<std::string>& weight_fi
         if (!plain_file_name(name))
           return Status::InvalidArgument("tensor name cannot be a NumPy cache file name").with_file(f).with_tensor(name);
         WL_ASSIGN_OR_RETURN(TensorView v, ck->view(i));
-        Status s = write_npy((fs::path(res.np_folder) / name).string(), v, env);
-        if (!s.ok()) return std::move(s).with_tensor(name);
+        WL_RETURN_IF_ERROR(write_npy((fs::path(res.np_folder) / name).string(), v, env), .tensor = name);
         names.push_back(name);
       }
     }

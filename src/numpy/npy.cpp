@@ -284,18 +284,16 @@ const char* descr_of(DType t) {
 }  // namespace
 
 Result<std::unique_ptr<CheckpointReader>> open_numpy_checkpoint(const std::string& path, Env* env) {
-  auto f = env->open(path, {.mode = FileMode::kMmap});
-  if (!f.ok()) return std::move(f).status().with_file(path);
-  WL_ASSIGN_OR_RETURN(NpyHeader h, read_npy_header(**f));
-  return std::unique_ptr<CheckpointReader>(std::make_unique<NpyCheckpoint>(*f, std::move(h)));
+  WL_ASSIGN_OR_RETURN(auto f, env->open(path, {.mode = FileMode::kMmap}), .file = path);
+  WL_ASSIGN_OR_RETURN(NpyHeader h, read_npy_header(*f));
+  return std::unique_ptr<CheckpointReader>(std::make_unique<NpyCheckpoint>(f, std::move(h)));
 }
 
 Result<Tensor> read_npy(const std::string& path, Env* env) {
-  auto f = env->open(path, {.mode = FileMode::kPread});
-  if (!f.ok()) return std::move(f).status().with_file(path);
-  WL_ASSIGN_OR_RETURN(NpyHeader h, read_npy_header(**f));
+  WL_ASSIGN_OR_RETURN(auto f, env->open(path, {.mode = FileMode::kPread}), .file = path);
+  WL_ASSIGN_OR_RETURN(NpyHeader h, read_npy_header(*f));
   WL_ASSIGN_OR_RETURN(Tensor t, Tensor::empty(h.dtype, h.shape));
-  WL_RETURN_IF_ERROR(materialize(**f, h, t.mutable_bytes()));
+  WL_RETURN_IF_ERROR(materialize(*f, h, t.mutable_bytes()));
   return t;
 }
 

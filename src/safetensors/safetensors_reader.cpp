@@ -549,8 +549,7 @@ Result<Tensor> SafetensorsFile::read(std::string_view name) const {
     if (t->nbytes) std::memcpy(out.mutable_bytes().data(), eager_->data() + t->offset, t->nbytes);
     return out;
   }
-  Status s = file_->read_at(t->offset, out.mutable_bytes());
-  if (!s.ok()) return std::move(s).with_tensor(name);
+  WL_RETURN_IF_ERROR(file_->read_at(t->offset, out.mutable_bytes()), .tensor = name);
   return out;
 }
 
@@ -568,18 +567,16 @@ Result<Tensor> SafetensorsFile::read_slice(std::string_view name, int dim, int64
     return Status::InvalidArgument(fmt::format("invalid slice [{}, {})", begin, end)).with_file(path()).with_tensor(name);
   begin = std::min(begin, t->shape[d]);
   end = std::min(end, t->shape[d]);
-  auto l = slice_layout(t->dtype, t->shape, d, begin, end - begin);
-  if (!l.ok()) return Status(l.status()).with_file(path()).with_tensor(name);
-  WL_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(t->dtype, l->shape));
+  WL_ASSIGN_OR_RETURN(auto l, slice_layout(t->dtype, t->shape, d, begin, end - begin), .tensor = name, .file = path());
+  WL_ASSIGN_OR_RETURN(Tensor out, Tensor::empty(t->dtype, l.shape));
   std::byte* dst = out.mutable_bytes().data();
-  for (uint64_t i = 0; i < l->outer && l->run > 0; ++i) {
-    const uint64_t off = t->offset + l->first + i * l->stride;
+  for (uint64_t i = 0; i < l.outer && l.run > 0; ++i) {
+    const uint64_t off = t->offset + l.first + i * l.stride;
     if (eager_) {
-      std::memcpy(dst + i * l->run, eager_->data() + off, l->run);
+      std::memcpy(dst + i * l.run, eager_->data() + off, l.run);
       continue;
     }
-    Status s = file_->read_at(off, std::span(dst + i * l->run, l->run));
-    if (!s.ok()) return std::move(s).with_tensor(name);
+    WL_RETURN_IF_ERROR(file_->read_at(off, std::span(dst + i * l.run, l.run)), .tensor = name);
   }
   return out;
 }

@@ -309,9 +309,7 @@ Result<std::shared_ptr<TorchCheckpoint>> TorchCheckpoint::open(const std::string
                                                                const TorchOpenOptions& options) {
   auto ck = std::make_shared<TorchCheckpoint>();
   ck->path_ = path;
-  auto file = env->open(path, {.mode = FileMode::kMmap, .populate = options.populate});
-  if (!file.ok()) return std::move(file).status().with_file(path);
-  ck->file_ = *file;
+  WL_ASSIGN_OR_RETURN(ck->file_, env->open(path, {.mode = FileMode::kMmap, .populate = options.populate}), .file = path);
   const uint64_t size = ck->file_->size();
   unsigned char head[4] = {};
   if (size >= 4) WL_RETURN_IF_ERROR(ck->file_->read_at(0, std::as_writable_bytes(std::span(head))));
