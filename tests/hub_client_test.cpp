@@ -345,7 +345,7 @@ TEST_F(HubServerTest, LoadWhileDownloadingFillsTheCacheAndTheTensors) {
   lo.env = (*source)->env();
   auto r = load_files((*source)->weight_files(), lo, [&](LoadedTensor&& t) {
     names.push_back(t.name);
-    return Status::Ok();
+    return Status();
   });
   Status finished = (*source)->finish();
   ASSERT_TRUE(r.ok()) << r.status().to_string();

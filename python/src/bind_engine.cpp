@@ -179,7 +179,7 @@ class Stream {
     queued_ += t.view.nbytes();
     queue_.push_back(std::move(t));
     can_pop_.notify_one();
-    return wl::Status::Ok();
+    return wl::Status();
   }
 
   void close() {

@@ -199,7 +199,7 @@ namespace {
 
 // Row-major little-endian bytes of an array: a read, a gather for Fortran order, a swap for big-endian.
 Status materialize(const RandomAccessFile& f, const NpyHeader& h, std::span<std::byte> dst) {
-  if (h.nbytes == 0) return Status::Ok();
+  if (h.nbytes == 0) return Status();
   if (!h.fortran_order || h.shape.size() < 2) {
     WL_RETURN_IF_ERROR(f.read_at(h.data_offset, dst));
   } else {
@@ -218,7 +218,7 @@ Status materialize(const RandomAccessFile& f, const NpyHeader& h, std::span<std:
     size_t u = swap_unit(h.dtype);
     for (size_t i = 0; i + u <= dst.size(); i += u) std::reverse(dst.begin() + static_cast<ptrdiff_t>(i), dst.begin() + static_cast<ptrdiff_t>(i + u));
   }
-  return Status::Ok();
+  return Status();
 }
 
 class NpyCheckpoint final : public CheckpointReader {

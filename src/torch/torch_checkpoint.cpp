@@ -147,7 +147,7 @@ class Builder {
       ck_->infos_.push_back(std::move(info));
       ck_->strided_.push_back(std::move(t));
     }
-    return Status::Ok();
+    return Status();
   }
 
   std::vector<pickle::StorageRequest> legacy_requests_;
@@ -212,7 +212,7 @@ Result<std::shared_ptr<TorchCheckpoint>> open_legacy_head(std::shared_ptr<TorchC
       return r.status();
     }
     *out = *r;
-    return Status::Ok();
+    return Status();
   };
   pickle::Value* magic = nullptr;
   WL_RETURN_IF_ERROR(load(&magic));

@@ -188,7 +188,7 @@ static Status int_list(const Value* v, std::vector<int64_t>* out) {
     if (x->i < 0) return Status::Corrupt(fmt::format("negative size or stride {}", x->i));
     out->push_back(x->i);
   }
-  return Status::Ok();
+  return Status();
 }
 
 Result<Value*> Unpickler::rebuild_tensor(Value* args, bool v2) {
@@ -313,7 +313,7 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
     marks.pop_back();
     items->assign(stack.begin() + static_cast<ptrdiff_t>(m), stack.end());
     stack.resize(m);
-    return Status::Ok();
+    return Status();
   };
   auto dict_set = [&](Value* d, Value* k, Value* v) -> Status {
     if (d->kind != Kind::kDict) return error(fmt::format("cannot set an item on a {}", kind_name(d->kind)));
@@ -327,12 +327,12 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
       auto [it, fresh] = d->str_index->emplace(k->s, d->items.size());
       if (!fresh) {
         d->items[it->second + 1] = v;  // Python semantics: the later value wins
-        return Status::Ok();
+        return Status();
       }
     }
     d->items.push_back(k);
     d->items.push_back(v);
-    return Status::Ok();
+    return Status();
   };
   auto push_str = [&](Kind kind, uint64_t len, size_t hdr) -> Status {
     if (len > n - i - hdr) return error(fmt::format("string of {} bytes runs past the end of the pickle", len));
@@ -340,7 +340,7 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
     v->s.assign(reinterpret_cast<const char*>(p + i + hdr), len);
     stack.push_back(v);
     i += hdr + len;
-    return Status::Ok();
+    return Status();
   };
 
   while (true) {
@@ -646,7 +646,7 @@ Status flatten_rec(const Value* v, std::string& prefix, int depth, std::vector<s
     return s;
   };
   switch (v->kind) {
-    case Kind::kTensor: out->emplace_back(prefix, static_cast<size_t>(v->i)); return Status::Ok();
+    case Kind::kTensor: out->emplace_back(prefix, static_cast<size_t>(v->i)); return Status();
     case Kind::kDict:
       for (size_t k = 0; k + 1 < v->items.size(); k += 2) {
         const Value* key = v->items[k];
@@ -654,12 +654,12 @@ Status flatten_rec(const Value* v, std::string& prefix, int depth, std::vector<s
         if (key->kind != Kind::kStr && key->kind != Kind::kInt) continue;
         WL_RETURN_IF_ERROR(child(ks, v->items[k + 1]));
       }
-      return Status::Ok();
+      return Status();
     case Kind::kList:
     case Kind::kTuple:
       for (size_t k = 0; k < v->items.size(); ++k) WL_RETURN_IF_ERROR(child(std::to_string(k), v->items[k]));
-      return Status::Ok();
-    default: return Status::Ok();
+      return Status();
+    default: return Status();
   }
 }
 }  // namespace
