@@ -19,11 +19,7 @@
 
 namespace wl {
 
-struct CheckpointTensor {
-  std::string name;
-  DType dtype = DType::U8;
-  Shape shape;
-  uint64_t nbytes = 0;  // logical C-contiguous size
+struct CheckpointTensor : TensorMeta {  // nbytes: the logical C-contiguous size
   // Where the bytes lie in the file when they are stored contiguously in
   // row-major order (safetensors always; PyTorch when the view is contiguous).
   std::optional<uint64_t> file_offset;

@@ -35,12 +35,8 @@
 namespace wl {
 
 // What the engine asks memory for: one tensor (this rank's part of it).
-struct TensorRequest {
-  std::string name;
-  DType dtype = DType::U8;
-  Shape shape;          // of the bytes to write (the shard's shape)
-  uint64_t nbytes = 0;
-  uint64_t ordinal = 0; // position in checkpoint order
+struct TensorRequest : TensorMeta {  // shape, nbytes: of the bytes to write (the shard's)
+  uint64_t ordinal = 0;               // position in checkpoint order
 };
 
 // One tensor's memory: exactly `size` bytes at `data` on `device`.

@@ -36,12 +36,8 @@ namespace wl {
 
 inline constexpr uint64_t kSafetensorsMaxHeader = 100'000'000;
 
-struct TensorInfo {
-  std::string name;
-  DType dtype = DType::U8;
-  Shape shape;
+struct TensorInfo : TensorMeta {
   uint64_t offset = 0;  // absolute byte offset in the file (8 + N + data_offsets[0])
-  uint64_t nbytes = 0;
 };
 
 // The parsed header of one file.

@@ -23,6 +23,16 @@ namespace wl {
 
 using Shape = std::vector<int64_t>;
 
+// What every tensor record (safetensors' TensorInfo, CheckpointTensor, the
+// engine's TensorRequest and PlannedTensor) says about a tensor apart from
+// where its bytes are: its name, dtype, shape and C-contiguous size.
+struct TensorMeta {
+  std::string name;
+  DType dtype = DType::U8;
+  Shape shape;
+  uint64_t nbytes = 0;
+};
+
 // "[2, 3]".
 std::string shape_to_string(std::span<const int64_t> shape);
 // Element count; REQUIRES: the shape was validated (no overflow, no negatives).

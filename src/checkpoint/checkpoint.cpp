@@ -11,7 +11,7 @@ namespace {
 class SafetensorsCheckpoint final : public CheckpointReader {
  public:
   explicit SafetensorsCheckpoint(std::shared_ptr<SafetensorsFile> f) : f_(std::move(f)) {
-    for (auto& t : f_->tensors()) tensors_.push_back({t.name, t.dtype, t.shape, t.nbytes, t.offset});
+    for (const TensorInfo& t : f_->tensors()) tensors_.push_back({TensorMeta(t), t.offset});
   }
   const std::string& path() const override { return f_->path(); }
   std::string_view format_name() const override { return "safetensors"; }

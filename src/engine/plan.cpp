@@ -58,13 +58,10 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
       }
       if (o.select && !o.select(ct.name)) continue;
       PlannedTensor t;
+      static_cast<TensorMeta&>(t) = ct;  // whole, until a shard rule says otherwise
       t.file = fi;
       t.index = i;
-      t.name = ct.name;
-      t.dtype = ct.dtype;
       t.full_shape = ct.shape;
-      t.shape = ct.shape;
-      t.nbytes = ct.nbytes;
       t.full_nbytes = ct.nbytes;
       t.file_offset = ct.file_offset;
       if (o.tp_size > 1 || !o.shard_rules.empty()) {

@@ -16,20 +16,17 @@
 
 namespace wl::engine {
 
-struct PlannedTensor {
+// shape, nbytes: what is delivered (this rank's shard when a rule matched).
+struct PlannedTensor : TensorMeta {
   size_t file = 0;   // index into Plan::files
   size_t index = 0;  // index in the file's CheckpointReader
-  std::string name;
-  DType dtype = DType::U8;
   Shape full_shape;
-  Shape shape;               // to deliver
-  uint64_t nbytes = 0;       // to deliver
   uint64_t full_nbytes = 0;  // the whole tensor in the file
   std::optional<uint64_t> file_offset;  // contiguous storage in the file
   std::optional<ShardLayout> shard;
   uint64_t ordinal = 0;
 
-  TensorRequest request() const { return {name, dtype, shape, nbytes, ordinal}; }
+  TensorRequest request() const { return {TensorMeta(*this), ordinal}; }
 };
 
 // Only the first kKeepOpen files keep their reader (a descriptor and a

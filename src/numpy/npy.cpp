@@ -224,13 +224,9 @@ Status materialize(const RandomAccessFile& f, const NpyHeader& h, std::span<std:
 class NpyCheckpoint final : public CheckpointReader {
  public:
   NpyCheckpoint(std::shared_ptr<RandomAccessFile> f, NpyHeader h) : f_(std::move(f)), h_(std::move(h)) {
-    CheckpointTensor t;
     std::string base = std::filesystem::path(f_->path()).filename().string();
     if (base.size() > 4 && base.ends_with(".npy")) base.resize(base.size() - 4);
-    t.name = base;
-    t.dtype = h_.dtype;
-    t.shape = h_.shape;
-    t.nbytes = h_.nbytes;
+    CheckpointTensor t{{base, h_.dtype, h_.shape, h_.nbytes}};
     if (direct()) t.file_offset = h_.data_offset;
     tensors_.push_back(std::move(t));
   }

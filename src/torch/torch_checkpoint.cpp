@@ -137,11 +137,7 @@ class Builder {
       }
       t.contiguous = is_contiguous(t.sizes, t.strides);
       if (!seen.emplace(name, ck_->strided_.size()).second) return bad("duplicate tensor name");
-      CheckpointTensor info;
-      info.name = name;
-      info.dtype = t.dtype;
-      info.shape = t.sizes;
-      info.nbytes = nbytes;
+      CheckpointTensor info{{name, t.dtype, t.sizes, nbytes}};
       if (t.contiguous && !ck_->big_endian_)
         info.file_offset = s.file_offset + t.storage_offset * static_cast<uint64_t>(dtype_size(t.dtype));
       ck_->infos_.push_back(std::move(info));
