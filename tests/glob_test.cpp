@@ -31,10 +31,10 @@ TEST(Glob, BracketClasses) {
   EXPECT_FALSE(glob_match("a[0-9].bin", "ab.bin"));
   EXPECT_FALSE(glob_match("a[!b].bin", "ab.bin"));
   EXPECT_TRUE(glob_match("a[!b].bin", "ac.bin"));
-  EXPECT_TRUE(glob_match("a[]].bin", "a].bin"));     // ']' first is part of the set
+  EXPECT_TRUE(glob_match("a[]].bin", "a].bin"));  // ']' first is part of the set
   EXPECT_TRUE(glob_match("a[!]].bin", "ax.bin"));
   EXPECT_FALSE(glob_match("a[!]].bin", "a].bin"));
-  EXPECT_TRUE(glob_match("a[.bin", "a[.bin"));       // an unclosed '[' is literal
+  EXPECT_TRUE(glob_match("a[.bin", "a[.bin"));  // an unclosed '[' is literal
   EXPECT_TRUE(glob_match("*[ab]", "xxb"));
   EXPECT_TRUE(glob_match("[a-cx]?", "xq"));
 }

@@ -71,6 +71,8 @@ Facts residency(std::optional<double> cached) {
   return f;
 }
 
+// One rule a row, its fields in Row's order.
+// clang-format off
 std::vector<Row> rows() {
   std::vector<Row> t;
   // ---- distributed ----
@@ -200,6 +202,7 @@ std::vector<Row> rows() {
                with(device_stream(Toggle::kOn), [](auto& r) { r.strategy = Strategy::kLazy; }), {}, Strategy::kLazy});
   return t;
 }
+// clang-format on
 
 TEST(ReadPath, EveryRule) {
   for (Row& row : rows()) {
@@ -243,7 +246,8 @@ TEST(ReadPath, GdsRequiredButUnusableSaysWhy) {
   rq.dest = DestKind::kDevice, rq.device = kCuda0, rq.gds = Toggle::kOn;
   auto p = choose(rq, refused);
   ASSERT_FALSE(p.ok());
-  EXPECT_EQ(p.status().message(), "gds=on: GPUDirect Storage cannot be used: cuFile is not usable: libcufile.so.0 not found");
+  EXPECT_EQ(p.status().message(),
+            "gds=on: GPUDirect Storage cannot be used: cuFile is not usable: libcufile.so.0 not found");
   EXPECT_EQ(p.status().file(), "/m/a.safetensors");
 }
 
@@ -260,7 +264,7 @@ TEST(ReadPath, GivenFactsFallBackToTheRest) {
   EXPECT_EQ(p->prefetch->fstype, "lustre");
   EXPECT_EQ(p->prefetch->checkpoint_bytes, 10u);
   EXPECT_EQ(rest.asked[2], 0);  // the given size, not the rest's
-  GivenFacts none;  // nothing known: lazy, the missing fact named
+  GivenFacts none;              // nothing known: lazy, the missing fact named
   auto q = choose(local(Strategy::kAuto), none);
   ASSERT_TRUE(q.ok());
   EXPECT_EQ(q->strategy, Strategy::kLazy);
@@ -268,8 +272,8 @@ TEST(ReadPath, GivenFactsFallBackToTheRest) {
 }
 
 TEST(ReadPath, ModeNames) {
-  for (Strategy s : {Strategy::kLazy, Strategy::kEager, Strategy::kPrefetch, Strategy::kAuto, Strategy::kThreads,
-                     Strategy::kStream})
+  for (Strategy s :
+       {Strategy::kLazy, Strategy::kEager, Strategy::kPrefetch, Strategy::kAuto, Strategy::kThreads, Strategy::kStream})
     EXPECT_EQ(strategy_from_name(strategy_name(s)), s);
   for (Toggle t : {Toggle::kAuto, Toggle::kOn, Toggle::kOff}) EXPECT_EQ(toggle_from_name(toggle_name(t)), t);
   EXPECT_FALSE(strategy_from_name("fast").has_value());

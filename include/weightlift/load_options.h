@@ -28,8 +28,8 @@ namespace wl {
 struct LoadedTensor {
   std::string name;
   std::string file;
-  TensorView view;  // this rank's bytes: the shard's shape when a shard rule matched
-  Shape full_shape; // the tensor's shape in the file
+  TensorView view;       // this rank's bytes: the shard's shape when a shard rule matched
+  Shape full_shape;      // the tensor's shape in the file
   uint64_t ordinal = 0;  // position in checkpoint order (file order, then offset order)
 };
 

@@ -63,7 +63,7 @@ struct ReadRequest {
   SourceKind source = SourceKind::kLocal;
   std::string first_file;  // names the source in reasons and errors; "" = no files
   DestKind dest = DestKind::kHost;
-  Device device = kCpu;    // the destination's device (kDevice: which one)
+  Device device = kCpu;      // the destination's device (kDevice: which one)
   bool distributed = false;  // ranks read once in total and exchange (collective.h)
   // The caller's wishes.
   Strategy strategy = Strategy::kAuto;
@@ -75,11 +75,11 @@ struct ReadRequest {
 
 struct ReadPath {
   Strategy strategy = Strategy::kLazy;  // never kAuto
-  bool direct = false;      // the stream strategy reads with O_DIRECT
-  bool file_views = false;  // whole tensors are views of private file mappings
-  bool gds = false;         // the stream strategy reads into device memory with cuFile
-  std::string gds_off;      // why not, when it was considered ("gds=off", cuFile's refusal)
-  uint64_t max_memory = 0;  // the stream's memory cap (0: none)
+  bool direct = false;                  // the stream strategy reads with O_DIRECT
+  bool file_views = false;              // whole tensors are views of private file mappings
+  bool gds = false;                     // the stream strategy reads into device memory with cuFile
+  std::string gds_off;                  // why not, when it was considered ("gds=off", cuFile's refusal)
+  uint64_t max_memory = 0;              // the stream's memory cap (0: none)
   // Lines for LoadOptions::log, in the order the rules fired; `warn` when one
   // is a warning (a prefetch that may not fit in memory).
   std::vector<std::string> log;

@@ -67,8 +67,7 @@ void resolve_auto(const ReadRequest& r, ReadFacts& facts, ReadPath& p) {
 // bypass the page cache, e.g. while a prefetch fills it) keeps the views.
 bool views_from_cold_files(const ReadRequest& r, Asked& facts, const ReadPath& p) {
   if (!p.file_views || r.direct == Toggle::kOff) return false;
-  if (p.strategy != Strategy::kLazy && p.strategy != Strategy::kEager && p.strategy != Strategy::kThreads)
-    return false;
+  if (p.strategy != Strategy::kLazy && p.strategy != Strategy::kEager && p.strategy != Strategy::kThreads) return false;
   if (facts.facts.contiguous() != true) return false;
   auto cached = facts.cached_fraction();  // a file that cannot be opened fails later, where it is read
   return cached.ok() && *cached && **cached < 0.5;

@@ -14,9 +14,9 @@ ReadRequest read_request(const std::vector<std::string>& files, const LoadOption
   }
   if (Destination* d = o.destination) {
     r.device = d->device();
-    r.dest = !r.device.host_accessible()                ? DestKind::kDevice
+    r.dest = !r.device.host_accessible()              ? DestKind::kDevice
              : r.device.kind == DeviceKind::kCudaHost ? DestKind::kPinned
-                                                       : DestKind::kCaller;
+                                                      : DestKind::kCaller;
     if (Uploader* up = d->uploader()) r.gds = up->direct_wish();
   }
   r.distributed = o.collective != nullptr;

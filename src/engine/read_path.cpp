@@ -51,7 +51,8 @@ class FileFacts final : public ReadFacts {
       : files_(std::move(files)), env_(env), sys_(sys) {}
   Result<std::optional<double>> cached_fraction() override {
     if (!files_.empty() && is_url(files_[0])) return std::optional<double>();
-    return sample_residency(files_.size(), [&](size_t fi) { return env_->open(files_[fi], {.mode = FileMode::kPread}); });
+    return sample_residency(files_.size(),
+                            [&](size_t fi) { return env_->open(files_[fi], {.mode = FileMode::kPread}); });
   }
   std::string fs_type() override { return files_.empty() ? std::string() : filesystem_type(files_[0], sys_); }
   Result<uint64_t> checkpoint_bytes() override { return checkpoint_size_bytes(files_, env_); }

@@ -48,12 +48,12 @@ constexpr uint64_t kDefaultChunk = uint64_t{8} << 20;
 constexpr int kRemoteThreads = 16;
 
 struct Extent {
-  uint64_t pos;       // stream position
+  uint64_t pos;  // stream position
   uint64_t file_off;
   uint64_t len;
-  uint64_t dst_off;   // inside the tensor's bytes
+  uint64_t dst_off;  // inside the tensor's bytes
   uint32_t file;
-  uint32_t tensor;    // index into Plan::tensors
+  uint32_t tensor;  // index into Plan::tensors
 };
 
 struct TensorState {
@@ -75,8 +75,8 @@ class Stream {
   Stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d)
       : plan_(plan), o_(o), path_(path), dest_(dest), d_(d), up_(dest.uploader()),
         device_(!dest.device().host_accessible()), direct_(path.direct), gds_(device_ && path.gds),
-        remote_(!plan.files.empty() && is_url(plan.files[0].path)), ts_(plan.tensors.size()),
-        files_(plan.files.size()), file_pending_(plan.files.size(), 0), delivered_(plan.tensors.size(), 0) {}
+        remote_(!plan.files.empty() && is_url(plan.files[0].path)), ts_(plan.tensors.size()), files_(plan.files.size()),
+        file_pending_(plan.files.size(), 0), delivered_(plan.tensors.size(), 0) {}
 
   Status check_destination() const;
   void lay_out();
@@ -212,7 +212,8 @@ Status Stream::size_reads() {
   }
   if (device_) {
     const uint64_t slot = up_->slot_bytes();
-    if (slot < 4 * kAlign) return Status::InvalidArgument(fmt::format("uploader slots of {} bytes are too small", slot));
+    if (slot < 4 * kAlign)
+      return Status::InvalidArgument(fmt::format("uploader slots of {} bytes are too small", slot));
     chunk_ = std::min<uint64_t>(chunk_, (slot - 2 * kAlign) & ~(kAlign - 1));
   }
   if (total_ > 0)
@@ -242,8 +243,10 @@ Status Stream::ensure_alloc(size_t ti) {
   TensorState& st = ts_[ti];
   std::call_once(st.once, [&] {
     auto r = place(plan_.tensors[ti], dest_);
-    if (r.ok()) st.region = std::move(*r);
-    else st.alloc_status = r.status();
+    if (r.ok())
+      st.region = std::move(*r);
+    else
+      st.alloc_status = r.status();
   });
   return st.alloc_status;
 }
@@ -396,7 +399,7 @@ Status Stream::read_direct(const RandomAccessFile& f, std::span<const Piece> run
   for (const Piece& p : run) {
     std::byte* dst = ts_[p.tensor].region.data + p.dst_off;
     Status s = ts_[p.tensor].region.device.host_accessible() ? f.read_at(p.file_off, std::span(dst, p.len))
-                                                              : up_->read_direct(f, p.file_off, dst, p.len);
+                                                             : up_->read_direct(f, p.file_off, dst, p.len);
     WL_RETURN_IF_ERROR(s, .tensor = plan_.tensors[p.tensor].name);
     bytes_read_ += p.len;
     landed(p.tensor, p.len);
@@ -416,7 +419,8 @@ Status Stream::read_staged(const RandomAccessFile& f, std::span<const Piece> run
   }
   if (a1 - a0 > buf.size()) {
     if (slot) up_->release(*slot);
-    return Status::Internal(fmt::format("run of {} bytes at {} exceeds the {}-byte staging buffer", a1 - a0, a0, buf.size()));
+    return Status::Internal(
+        fmt::format("run of {} bytes at {} exceeds the {}-byte staging buffer", a1 - a0, a0, buf.size()));
   }
   Status s = f.read_at(a0, buf.first(static_cast<size_t>(a1 - a0)));
   if (!s.ok()) {

@@ -32,7 +32,8 @@ class DefaultEnv final : public Env {
       std::lock_guard lk(mu_);
       for (auto it = overlays_.rbegin(); it != overlays_.rend(); ++it) {
         const std::string& p = it->first;
-        if (path.size() >= p.size() && path.compare(0, p.size(), p) == 0 && (path.size() == p.size() || path[p.size()] == '/'))
+        if (path.size() >= p.size() && path.compare(0, p.size(), p) == 0 &&
+            (path.size() == p.size() || path[p.size()] == '/'))
           return it->second;
       }
       return local_env();
@@ -92,7 +93,8 @@ class DefaultEnv final : public Env {
   }
   Status rename(const std::string& from, const std::string& to) override {
     WL_ASSIGN_OR_RETURN(Env * e, routed(to));
-    if (e != route(from)) return Status::InvalidArgument(fmt::format("cannot rename {} across sources", from)).with_file(to);
+    if (e != route(from))
+      return Status::InvalidArgument(fmt::format("cannot rename {} across sources", from)).with_file(to);
     return e->rename(from, to);
   }
   Status remove(const std::string& path) override {
