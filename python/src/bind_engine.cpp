@@ -483,7 +483,8 @@ void bind_engine(nb::module_& m) {
   // The rule over the files' facts in one call (the iterators' auto prefetch):
   // the filesystem serving files[0] ("" for none), the files' total size and
   // the available RAM, each measured here unless the caller gives it (vLLM's
-  // tests patch the Python helpers that tell them), then decide_prefetch.
+  // tests patch the Python helpers that tell them), then choose()'s prefetch
+  // rule (the one every load takes; decide_prefetch itself for no files).
   nb::class_<wl::AutoDecision>(m, "PrefetchDecision")
       .def_ro("prefetch", &wl::AutoDecision::prefetch)
       .def_ro("warn", &wl::AutoDecision::warn)
@@ -505,7 +506,18 @@ void bind_engine(nb::module_& m) {
                          : files.empty()  ? 0
                                           : unwrap(wl::checkpoint_size_bytes(files));
         uint64_t avail = available_bytes ? *available_bytes : unwrap(wl::available_ram_bytes());
-        return wl::decide_prefetch(std::move(fs), total, avail, requested);
+        if (files.empty()) return wl::decide_prefetch(std::move(fs), total, avail, requested);
+        // The read path's prefetch rule (choose(), read_path.h) over these facts.
+        wl::GivenFacts facts;
+        facts.fstype = std::move(fs);
+        facts.bytes = total;
+        facts.available = avail;
+        wl::ReadRequest r;
+        r.first_file = files[0];
+        r.strategy = requested ? wl::Strategy::kPrefetch : wl::Strategy::kAuto;
+        wl::ReadPath path = unwrap(wl::choose(r, facts));
+        if (!path.prefetch) raise(wl::Status::Internal("choose() did not consult the prefetch rule"));
+        return *path.prefetch;
       },
       "files"_a, "requested"_a = false, nb::kw_only(), "fstype"_a.none() = nb::none(),
       "checkpoint_bytes"_a.none() = nb::none(), "available_bytes"_a.none() = nb::none());

@@ -147,6 +147,11 @@ def hub_weights_iterator(
     new memory. `engine`: the loader's options (threads, block_size, max_memory...)."""
     source = hub_source(repo_id, revision, cache_dir)
     engine.setdefault("file_views", True)  # as every iterator of the package
+    if strategy is None and source.pending:
+        # Files still arriving: the engine's read path for them (choose(), read_path.h).
+        path = _core.choose_read_path(source.weight_files, file_views=engine["file_views"],
+                                      device=str(engine.get("device") or "cpu"), arriving=True)
+        strategy, engine["file_views"] = path["strategy"], path["file_views"]
     yield from iterate(source.weight_files, max_queued_bytes=max_queued_bytes, ordered=False,
                        strategy=strategy or "auto", **engine)
     source.finish()
