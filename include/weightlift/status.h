@@ -37,10 +37,10 @@ std::string_view code_name(Code code);
 
 class [[nodiscard]] Status {
  public:
-  Status() = default;  // OK
+  Status() = default;  // OK: the one spelling (`return Status();`)
   Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
 
-  static Status Ok() { return Status(); }
+  [[deprecated("write Status() for OK")]] static Status Ok() { return Status(); }
   static Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
   static Status NotFound(std::string m) { return {Code::kNotFound, std::move(m)}; }
   static Status Corrupt(std::string m) { return {Code::kCorruptData, std::move(m)}; }

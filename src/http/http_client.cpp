@@ -384,7 +384,7 @@ Status status_from_response(const HttpResponse& r, const std::string& url) {
   std::string status = "HTTP " + std::to_string(r.status);
   switch (classify_hub_error(r)) {
     case HubErrorKind::kNone:
-      return Status::Ok();
+      return Status();
     case HubErrorKind::kRevisionNotFound:
       return Status::NotFound("revision not found (" + status + ") for " + where);
     case HubErrorKind::kEntryNotFound:

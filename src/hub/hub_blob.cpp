@@ -194,17 +194,17 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
   uint64_t resumed = 0;
   for (auto& ch : chunks_) resumed += ch.have;
   if (resumed) c_.add_progress(resumed);
-  return Status::Ok();
+  return Status();
 }
 
 Status BlobFetch::size_partial_locked() {
-  if (in_) return Status::Ok();
+  if (in_) return Status();
   WL_ASSIGN_OR_RETURN(uint64_t cur, out_->size());
   if (cur != m_.size) WL_RETURN_IF_ERROR(out_->truncate(m_.size));
   // Mapped (copy-on-write) as well as read: views of the bytes that arrived
   // are tensors without a copy (HubFile::view); reads still use pread.
   WL_ASSIGN_OR_RETURN(in_, c_.env->open(partial_, {.mode = FileMode::kMmapPrivate}));
-  return Status::Ok();
+  return Status();
 }
 
 Status BlobFetch::check_response(const HttpResponse& r, uint64_t pos, uint64_t end, bool whole) const {
@@ -215,13 +215,13 @@ Status BlobFetch::check_response(const HttpResponse& r, uint64_t pos, uint64_t e
   const auto slash = cr.rfind('/');
   if (r.status == 206 || r.status == 416) known = slash != std::string::npos && parse_u64(std::string_view(cr).substr(slash + 1), &total);
   else if (r.status == 200 && whole) known = parse_u64(r.header("content-length"), &total);
-  else return Status::Ok();  // not a body this fetch takes (the caller reports it)
+  else return Status();  // not a body this fetch takes (the caller reports it)
   // The size first: a server holding another size than the Hub claimed says more than a bad range.
   if (known && total != m_.size)
     return Status::Corrupt(fmt::format(
         "{} of {} (revision {}): the Hub says it is {} bytes (X-Linked-Size / Content-Length) but {} holds {} bytes",
         m_.path, m_.repo_id, m_.revision, m_.size, where, total));
-  if (r.status != 206) return Status::Ok();
+  if (r.status != 206) return Status();
   const auto dash = cr.find('-');
   uint64_t a = 0, b = 0;
   if (!cr.starts_with("bytes ") || slash == std::string::npos || dash == std::string::npos || dash > slash ||
@@ -229,11 +229,11 @@ Status BlobFetch::check_response(const HttpResponse& r, uint64_t pos, uint64_t e
       !parse_u64(std::string_view(cr).substr(dash + 1, slash - dash - 1), &b) || a != pos || b + 1 != end)
     return Status::Corrupt(fmt::format("asked {} for bytes {}-{} of {}, it answered Content-Range '{}'", where, pos,
                                        end - 1, m_.path, cr.substr(0, 80)));
-  return Status::Ok();
+  return Status();
 }
 
 Status BlobFetch::save_journal_locked() {
-  if (finished_) return Status::Ok();  // failed and cleaned up: nothing to resume
+  if (finished_) return Status();  // failed and cleaned up: nothing to resume
   std::string text = fmt::format("{}\n{} {}\n", kJournalMagic, m_.etag, m_.size);
   for (const auto& ch : chunks_)
     if (ch.have) text += fmt::format("{} {}\n", ch.begin, ch.begin + ch.have);
@@ -337,7 +337,7 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
     req.on_response = [&, whole, at = pos](const HttpResponse& answer) -> Status {
       WL_RETURN_IF_ERROR(check_response(answer, at, end, whole));
       if (answer.status != 206 && !(whole && answer.status == 200 && answer.header("content-length").size()))
-        return Status::Ok();
+        return Status();
       std::lock_guard lk(mu_);
       return size_partial_locked();
     };
@@ -388,7 +388,7 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
           m_.size, stalls, kWeakProgress >> 10, resp.ok() ? "cut short" : resp.status().message())));
     c_.log(fmt::format("connection dropped at byte {} of {}; resuming {}", pos, m_.path, where));
   }
-  return release(Status::Ok());
+  return release(Status());
 }
 
 Status BlobFetch::copy_out(uint64_t offset, std::span<std::byte> dst) const { return in_->read_at(offset, dst); }
@@ -431,7 +431,7 @@ Status BlobFetch::await_range(uint64_t offset, uint64_t n, std::span<std::byte> 
     }
     offset = b;
   }
-  return Status::Ok();
+  return Status();
 }
 
 void BlobFetch::fail(Status s) {
@@ -492,18 +492,18 @@ Status BlobFetch::verify_and_commit() {
   WL_RETURN_IF_ERROR(env->rename(partial_, blob_));
   (void)env->remove(journal_);
   (void)env->sync_dir(parent_dir(blob_));
-  return Status::Ok();
+  return Status();
 }
 
 Status fetch_blob(HubCtx& c, const FileMeta& m) {
   Env* env = c.env;
   const std::string blob = c.storage(m.repo_id) + "/blobs/" + m.etag;
-  if (env->exists(blob)) return Status::Ok();
+  if (env->exists(blob)) return Status();
   WL_RETURN_IF_ERROR(env->create_dirs(parent_dir(blob)));
   // Per-blob lock in .locks/, as huggingface_hub takes it (flock), so the two tools exclude each other.
   CrossProcessLock lock(blob_lock_path(c, m.repo_id, m.etag));
   WL_RETURN_IF_ERROR(lock.acquire());
-  if (env->exists(blob)) return Status::Ok();  // another process (ours or huggingface_hub) finished it meanwhile
+  if (env->exists(blob)) return Status();  // another process (ours or huggingface_hub) finished it meanwhile
   const bool parallel = m.size >= c.o.parallel_min_bytes && c.o.connections_per_file > 1;
   const uint64_t chunk = std::max<uint64_t>(c.o.chunk_bytes, 1 << 20);
   Status s;

@@ -125,7 +125,7 @@ Status check_repo_path(const std::string& name) {
     if (slash == std::string::npos) break;
     start = slash + 1;
   }
-  return Status::Ok();
+  return Status();
 }
 
 Status check_repo_id(const std::string& repo_id) {
@@ -145,14 +145,14 @@ Status check_repo_id(const std::string& repo_id) {
     return bad("'--' and '..' are forbidden");
   if (repo_id.front() == '/' || repo_id.back() == '/' || repo_id.front() == '.' || repo_id.front() == '-')
     return bad("must not start or end with '/', or start with '.' or '-'");
-  return Status::Ok();
+  return Status();
 }
 
 Status check_revision(const std::string& rev) {
   if (rev.empty()) return Status::InvalidArgument("empty revision");
   Status s = check_repo_path(rev);
   if (!s.ok()) return Status::InvalidArgument("invalid revision '" + rev + "': would escape refs/");
-  return Status::Ok();
+  return Status();
 }
 
 bool is_commit_hash(const std::string& s) {

@@ -88,10 +88,10 @@ Status write_small_file(Env* env, const std::string& path, const std::string& te
 }
 
 Status write_ref(Env* env, const std::string& storage, const std::string& revision, const std::string& commit) {
-  if (revision == commit) return Status::Ok();
+  if (revision == commit) return Status();
   std::string path = storage + "/refs/" + revision;
   auto cur = read_file_to_string(path, 4096, env);
-  if (cur.ok() && *cur == commit) return Status::Ok();
+  if (cur.ok() && *cur == commit) return Status();
   return write_small_file(env, path, commit);
 }
 
@@ -234,7 +234,7 @@ Status link_pointer(HubCtx& c, const std::string& storage, const std::string& co
                     const std::string& etag) {
   Env* env = c.env;
   const std::string pointer = storage + "/snapshots/" + commit + "/" + file;
-  if (env->exists(pointer)) return Status::Ok();  // a pointer of a commit names one blob
+  if (env->exists(pointer)) return Status();  // a pointer of a commit names one blob
   WL_RETURN_IF_ERROR(env->create_dirs(parent_dir(pointer)));
   std::string target = "../../";
   for (char ch : file)
@@ -248,7 +248,7 @@ Status link_pointer(HubCtx& c, const std::string& storage, const std::string& co
     (void)env->remove(tmp);
     return s;
   }
-  return Status::Ok();
+  return Status();
 }
 
 Result<FileMeta> head_file(HubCtx& c, const std::string& repo_id, const std::string& revision, const std::string& file,
@@ -406,7 +406,7 @@ Result<std::string> hf_hub_download_impl(const std::string& repo_id, const std::
           repo_id, revision));
     return why;
   };
-  if (hub_offline(o)) return from_cache(Status::Ok());
+  if (hub_offline(o)) return from_cache(Status());
   HttpResponse err;
   auto meta = head_file(c, repo_id, revision, file, &err);
   if (!meta.ok()) {
@@ -458,7 +458,7 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
     p.commit = base_name(folder);
     return p;
   };
-  if (hub_offline(o)) return offline_plan(Status::Ok());
+  if (hub_offline(o)) return offline_plan(Status());
   // The commit (a commit hash needs no lookup), then its tree listing (cached per commit).
   std::string commit = is_commit_hash(revision) ? revision : "";
   Result<Tree> tree = Status::Internal("not listed");
@@ -533,7 +533,7 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
     WL_ASSIGN_OR_RETURN(FileMeta m, head_file(c, repo_id, commit, missing[k], nullptr));
     m.revision = revision;  // messages name the revision asked for
     metas[k] = std::move(m);
-    return Status::Ok();
+    return Status();
   });
   if (!first_error.ok()) return first_error;
   // Phase 2: bytes, largest files first (they take the longest); deferred files are left to the caller.

@@ -57,7 +57,7 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
     groups->clear();
     if (wanted.empty()) {
       groups->push_back({"*.safetensors"});
-      return Status::Ok();
+      return Status();
     }
     std::vector<std::string> g;
     for (const auto& f : wanted) {
@@ -70,7 +70,7 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
       g.push_back(subfolder.empty() ? esc : subfolder + "/" + esc);
     }
     groups->push_back(std::move(g));
-    return Status::Ok();
+    return Status();
   };
   if (hub_offline(o)) {
     // No listing offline; a cached index still narrows the selection to its shards (so files the
@@ -78,14 +78,14 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
     if (wants_st)
       if (auto idx = hf_hub_download(model, std::string(kSafetensorsIndexName), revision, o, subfolder); idx.ok())
         return from_index(*idx);
-    return Status::Ok();
+    return Status();
   }
   auto tree = list_repo_tree(model, revision, subfolder, /*recursive=*/false, o);
   if (!tree.ok()) {
     if (tree.status().message().starts_with("revision not found")) return tree.status();
     log_line(o, "cannot list the files of " + model + " (" + tree.status().to_string() +
                     "); trying each allow pattern in turn");
-    return Status::Ok();
+    return Status();
   }
   *listed = true;
   std::vector<std::string> names;
@@ -101,7 +101,7 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
       *groups = {{p}};
       break;
     }
-  return Status::Ok();
+  return Status();
 }
 
 Result<std::string> download_weights_from_hf(const std::string& model, const std::vector<std::string>& allow_patterns,
@@ -140,10 +140,10 @@ Status download_safetensors_index_file_from_hf(const std::string& model, const s
                                                const std::string& subfolder) {
   WL_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::acquire(model, o.cache_dir));
   auto r = hf_hub_download(model, index_file, revision, o, subfolder);
-  if (r.ok()) return Status::Ok();
+  if (r.ok()) return Status();
   if (r.status().code() == Code::kNotFound) {
     log_line(o, "no " + index_file + " for " + model + " (" + r.status().message() + ")");
-    return Status::Ok();
+    return Status();
   }
   return r.status();
 }
