@@ -496,9 +496,7 @@ Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(std::shared_ptr<R
     const uint64_t size = sf->file_->size();
     if (size < 8)
       return corrupt(sf->file_->path(), fmt::format("file of {} bytes is too small for a safetensors header", size));
-    auto allocated = Buffer::allocate(size, 4096);
-    if (!allocated.ok()) return std::move(allocated).status().with_file(sf->file_->path());
-    Buffer buf = std::move(*allocated);
+    WL_ASSIGN_OR_RETURN(Buffer buf, Buffer::allocate(size, 4096), .file = sf->file_->path());
     WL_RETURN_IF_ERROR(sf->file_->read_at(0, buf.span()));
     uint64_t n = load_le64(buf.data());
     if (n > kSafetensorsMaxHeader)
