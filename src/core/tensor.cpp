@@ -7,8 +7,8 @@
 
 #include <fmt/format.h>
 
+#include "core/memory_admission.h"
 #include "util/checked.h"
-#include "weightlift/system.h"
 
 namespace wl {
 
@@ -74,7 +74,7 @@ Result<Buffer> Buffer::allocate(size_t size, size_t alignment) {
   b.size_ = size;
   if (size == 0) return b;
   if (size >= kAdmitThreshold) {  // before the allocation, never after (MAP_NORESERVE would let it fault in later)
-    auto avail = available_ram_bytes();
+    auto avail = memory_available_for_buffers();
     if (avail.ok() && size > *avail)
       return Status::OutOfRange(fmt::format(
           "cannot allocate {} bytes ({:.1f} GiB): more than the {} bytes ({:.1f} GiB) of memory available "

@@ -8,7 +8,8 @@
 
 #include <fmt/format.h>
 
-#include "weightlift/io.h"
+#include "core/memory_admission.h"
+
 
 namespace wl {
 
@@ -157,5 +158,7 @@ uint64_t storage_read_bytes(SystemInfo* sys) {
   if (!s.ok()) return 0;
   return parse_io_counter(*s, "read_bytes").value_or(0);
 }
+
+Result<uint64_t> memory_available_for_buffers() { return available_ram_bytes(); }
 
 }  // namespace wl
