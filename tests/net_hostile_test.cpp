@@ -39,6 +39,18 @@ using testing::TempDir;
 
 bool contains(const std::string& s, std::string_view sub) { return s.find(sub) != std::string::npos; }
 
+// Loading while downloading, as the CLI does it: HubSource + load_files +
+// finish(); the first error (the load's, else a blob's).
+Result<LoadStats> load_from_hub(const std::string& repo, const std::string& revision, const HubOptions& hub,
+                                LoadOptions load, const std::function<Status(LoadedTensor&&)>& sink) {
+  WL_ASSIGN_OR_RETURN(auto source, HubSource::start(repo, revision, hub));
+  load.env = source->env();
+  auto r = load_files(source->weight_files(), load, sink);
+  Status rest = source->finish();
+  if (r.ok() && !rest.ok()) return rest;
+  return r;
+}
+
 // Sets (or unsets, with nullptr) an environment variable for one scope.
 class ScopedEnv {
  public:
