@@ -28,10 +28,10 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "bindings.h"
 #include "weightlift/dtype.h"
 #include "weightlift/io.h"
 #include "weightlift/safetensors.h"
-#include "bindings.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -50,8 +50,7 @@ PyObject* g_safetensor_error = nullptr;  // weightlift.safetensors.SafetensorErr
 std::string py_type_name(nb::handle h) { return nb::cast<std::string>(h.type().attr("__name__")); }
 
 nb::tuple tensor_tuple(const wl::TensorView& v) {
-  return nb::make_tuple(std::string(wl::dtype_name(v.dtype())), nb::cast(v.shape()),
-                        bytes_array(v.bytes(), v.owner()));
+  return nb::make_tuple(std::string(wl::dtype_name(v.dtype())), nb::cast(v.shape()), bytes_array(v.bytes(), v.owner()));
 }
 
 // ---- tensors as torch tensors / numpy arrays ------------------------------------------------
@@ -63,7 +62,9 @@ enum class Framework { kTorch, kNumpy };
 // cross as (dtype, shape, bytes) for weightlift/_tensors.py to reinterpret.
 std::optional<nb::dlpack::dtype> direct_dtype(wl::DType t, Framework fw) {
   using C = nb::dlpack::dtype_code;
-  auto d = [](C code, int bits) { return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1}; };
+  auto d = [](C code, int bits) {
+    return nb::dlpack::dtype{static_cast<uint8_t>(code), static_cast<uint8_t>(bits), 1};
+  };
   switch (t) {
     case wl::DType::F16: return d(C::Float, 16);
     case wl::DType::F32: return d(C::Float, 32);
@@ -80,7 +81,9 @@ std::optional<nb::dlpack::dtype> direct_dtype(wl::DType t, Framework fw) {
     case wl::DType::BOOL:
       if (fw == Framework::kNumpy) return d(C::Bool, 8);
       return std::nullopt;  // torch takes DLPack bool only from 2.x: a uint8 view instead
-    case wl::DType::U16: case wl::DType::U32: case wl::DType::U64:
+    case wl::DType::U16:
+    case wl::DType::U32:
+    case wl::DType::U64:
       if (fw == Framework::kNumpy) return d(C::UInt, wl::dtype_bits(t));
       return std::nullopt;  // torch >= 2.3 only: through _tensors.py, which knows this torch
     default: return std::nullopt;
@@ -103,8 +106,7 @@ nb::object export_view(const std::string& name, const wl::TensorView& v, Framewo
   if (ndim > 32) raise(wl::Status::InvalidArgument("more than 32 dimensions").with_tensor(name));
   for (size_t i = 0; i < ndim; ++i) shape[i] = static_cast<size_t>(v.shape()[i]);
   void* data = v.bytes().empty() ? static_cast<void*>(&empty_byte) : const_cast<std::byte*>(v.bytes().data());
-  if (fw == Framework::kTorch)
-    return nb::cast(nb::ndarray<nb::pytorch>(data, ndim, shape, owner, nullptr, *dt));
+  if (fw == Framework::kTorch) return nb::cast(nb::ndarray<nb::pytorch>(data, ndim, shape, owner, nullptr, *dt));
   return nb::cast(nb::ndarray<nb::numpy>(data, ndim, shape, owner, nullptr, *dt));
 }
 
@@ -327,8 +329,8 @@ class PySafetensorsFile {
 
   static constexpr uint64_t kReadAhead = uint64_t{64} << 20;  // ahead of tensors asked in file order
   static constexpr uint64_t kHintChunk = uint64_t{2} << 20;   // per readahead request
-  bool mapped_;  // lazy or eager: get() returns views of memory already there
-  bool lazy_;    // lazy: views of a mapping, read as they are touched
+  bool mapped_;          // lazy or eager: get() returns views of memory already there
+  bool lazy_;            // lazy: views of a mapping, read as they are touched
   bool cached_ = false;  // lazy: the file was mostly in the page cache at open (no hints then)
   uint64_t last_end_ = 0, hinted_begin_ = UINT64_MAX, hinted_end_ = 0;  // read_ahead's state
   std::shared_ptr<wl::SafetensorsFile> file_;
@@ -362,8 +364,8 @@ nb::tuple parse_safetensors_bytes(nb::handle data) {
   }
   nb::list tensors;
   for (auto& t : h.tensors)
-    tensors.append(nb::make_tuple(t.name, std::string(wl::dtype_name(t.dtype)), nb::cast(t.shape), t.offset,
-                                  t.offset + t.nbytes));
+    tensors.append(
+        nb::make_tuple(t.name, std::string(wl::dtype_name(t.dtype)), nb::cast(t.shape), t.offset, t.offset + t.nbytes));
   return nb::make_tuple(nb::cast(h.metadata), tensors);
 }
 
@@ -434,8 +436,8 @@ void init_spec(TensorSpec* self, const std::string& dtype, nb::handle shape, nb:
   if (*dt == wl::DType::F4 && !dims.empty()) {
     // Two F4 values per byte: frameworks report the storage shape; the header holds the logical one.
     if (dims.back() > UINT64_MAX / 2)
-      raise_type(g_safetensor_error, "F4 last-dim " + std::to_string(dims.back()) +
-                                         " doubled to logical shape overflows usize");
+      raise_type(g_safetensor_error,
+                 "F4 last-dim " + std::to_string(dims.back()) + " doubled to logical shape overflows usize");
     dims.back() *= 2;
   }
   new (self) TensorSpec{*dt, std::move(dims), as_u64(data_ptr, "data_ptr"), as_u64(data_len, "data_len")};
@@ -487,7 +489,8 @@ std::map<std::string, std::string> metadata_arg(nb::handle metadata) {
   std::map<std::string, std::string> out;
   if (metadata.is_none()) return out;
   if (!PyDict_Check(metadata.ptr()))
-    raise_type(PyExc_TypeError, "argument 'metadata': '" + py_type_name(metadata) + "' object is not an instance of 'dict'");
+    raise_type(PyExc_TypeError,
+               "argument 'metadata': '" + py_type_name(metadata) + "' object is not an instance of 'dict'");
   PyObject *key, *value;
   Py_ssize_t pos = 0;
   while (PyDict_Next(metadata.ptr(), &pos, &key, &value)) {
@@ -532,8 +535,8 @@ void serialize_file(nb::handle tensor_dict, nb::handle filename, nb::handle meta
     PyErr_Clear();
     raise_type(PyExc_TypeError, "argument 'filename': '" + py_type_name(filename) + "' object is not a path");
   }
-  std::string path = PyBytes_Check(fs.ptr()) ? std::string(nb::borrow<nb::bytes>(fs).c_str())
-                                             : nb::cast<std::string>(fs);
+  std::string path =
+      PyBytes_Check(fs.ptr()) ? std::string(nb::borrow<nb::bytes>(fs).c_str()) : nb::cast<std::string>(fs);
   auto meta = metadata_arg(metadata);
   nb::gil_scoped_release nogil;
   // Atomic (a temporary renamed into place) but not fsynced: safetensors'
@@ -544,9 +547,9 @@ void serialize_file(nb::handle tensor_dict, nb::handle filename, nb::handle meta
 }  // namespace
 
 void bind_safetensors(nb::module_& m) {
-  g_safetensor_error = PyErr_NewExceptionWithDoc("weightlift.safetensors.SafetensorError",
-                                                 "Custom Python Exception for Safetensor errors.", PyExc_Exception,
-                                                 nullptr);
+  g_safetensor_error =
+      PyErr_NewExceptionWithDoc("weightlift.safetensors.SafetensorError",
+                                "Custom Python Exception for Safetensor errors.", PyExc_Exception, nullptr);
   m.attr("SafetensorError") = nb::handle(g_safetensor_error);
 
   nb::class_<PySafetensorsFile>(m, "SafetensorsFile")
