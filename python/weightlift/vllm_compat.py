@@ -8,6 +8,13 @@ from .weight_utils import *  # noqa: F401,F403
 from ._hub import enable_xet_high_performance, maybe_download_from_modelscope  # noqa: F401
 from ._gpu import fastsafetensors_weights_iterator, instanttensor_weights_iterator  # noqa: F401
 from ._objstore import runai_safetensors_weights_iterator  # noqa: F401
+from ._vllm_extras import (  # noqa: F401  (vLLM 0.32's names beyond the reference)
+    DisabledTqdm,
+    drop_checkpoint_cache,
+    filter_mm_encoder_only_safetensors_files,
+    filter_safetensors_files_by_weight_name,
+    resolve_mm_encoder_only_lm_prefixes,
+)
 from .weight_utils import (  # noqa: F401  (private helpers vLLM's own tests use)
     _BAR_FORMAT,
     _get_available_ram_bytes,

@@ -59,6 +59,13 @@ from ._params import (  # noqa: F401
     maybe_remap_moe_expert_param_name,
     remap_moe_expert_weights,
 )
+from ._vllm_extras import (  # noqa: F401  (vLLM 0.32's names beyond the reference)
+    DisabledTqdm,
+    drop_checkpoint_cache,
+    filter_mm_encoder_only_safetensors_files,
+    filter_safetensors_files_by_weight_name,
+    resolve_mm_encoder_only_lm_prefixes,
+)
 
 DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS = _prefetch.DEFAULT_NUM_THREADS
 DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE = _prefetch.DEFAULT_BLOCK_SIZE
