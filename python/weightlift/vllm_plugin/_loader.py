@@ -1,0 +1,404 @@
+"""The `weightlift` load format: vLLM's DefaultModelLoader with weightlift's
+engine underneath (imported only where vLLM is installed).
+
+What stays vLLM's: the model's own load_weights() (name mapping, stacked
+q/k/v and gate/up, TP slicing through each parameter's weight_loader), the
+weights tracking, process_weights_after_loading, the EP / encoder-only
+filters. What changes: where the files come from (local folders; Hub repos
+loaded while they download; s3:// and gs:// URLs), how bytes move (the
+engine's threads; tensors that land unchanged in a parameter are read
+straight into it, see _direct.py), and who reads them (the ranks of a
+tensor-parallel group read the checkpoint once in total).
+"""
+from __future__ import annotations
+
+import glob
+import logging
+import os
+import time
+from collections.abc import Generator
+
+import torch
+from torch import nn
+
+from vllm.config import ModelConfig
+from vllm.config.load import LoadConfig
+from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
+
+from .. import _core
+from .. import _hub
+from .._engine import open_stream
+from .._engine import options as engine_options
+from .._tensors import TORCH_DTYPES, TORCH_TO_NAME, to_torch
+from . import _direct, _progress
+from ._options import Options
+
+logger = logging.getLogger("weightlift.vllm")
+
+OBJECT_SCHEMES = ("s3://", "gs://")
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+# Finished tensors the engine may keep ready ahead of the model (views of
+# the page cache mapped in, or owned memory for cold files).
+_LOOKAHEAD_BYTES = 64 << 20
+
+
+def is_object_url(path: str) -> bool:
+    return isinstance(path, str) and path.lower().startswith(OBJECT_SCHEMES)
+
+
+def _parallel():
+    """(tp_rank, tp_size, the TP group's CPU process group or None)."""
+    try:
+        from vllm.distributed import parallel_state as ps
+
+        tp = ps.get_tp_group()
+        return tp.rank_in_group, tp.world_size, (tp.cpu_group if tp.world_size > 1 else None)
+    except Exception:  # no parallel state (a loader used on its own)
+        return 0, 1, None
+
+
+class WeightliftModelLoader(DefaultModelLoader):
+    """`--load-format weightlift`. Options: `--model-loader-extra-config`
+    (see _options.Options); DefaultModelLoader's own keys pass through."""
+
+    def __init__(self, load_config: LoadConfig):
+        self.options, rest = Options.parse(dict(load_config.model_loader_extra_config or {}))
+        # DefaultModelLoader rejects keys it does not know: show it only its own.
+        original = load_config.model_loader_extra_config
+        load_config.model_loader_extra_config = rest
+        try:
+            super().__init__(load_config)
+        finally:
+            load_config.model_loader_extra_config = original
+        self._model: nn.Module | None = None
+        self._hub_sources: dict = {}
+        self._plans: list = []
+
+    # ---- which files ------------------------------------------------------------------------------
+
+    def _format(self, model_name_or_path: str, revision: str | None) -> str:
+        fmt = self.options.format
+        if fmt == "auto":
+            fmt = "hf"
+            if not is_object_url(model_name_or_path):
+                try:
+                    from vllm.transformers_utils.repo_utils import list_filtered_repo_files
+
+                    if list_filtered_repo_files(model_name_or_path=model_name_or_path,
+                                                allow_patterns=["consolidated*.safetensors"], revision=revision):
+                        fmt = "mistral"
+                except Exception as e:  # offline, no such repo: vLLM's "hf" choice
+                    logger.debug("mistral format check skipped: %s", e)
+        return fmt
+
+    def _prepare_weights(self, model_name_or_path: str, subfolder: str | None, revision: str | None,
+                         fall_back_to_pt: bool, allow_patterns_overrides: list[str] | None):
+        """vLLM's file selection (DefaultModelLoader._prepare_weights for
+        load_format `auto`, or the `format` option), with the engine's sources:
+        object-storage URLs listed by the engine, Hub repositories loaded while
+        they download. Returns (folder, files, use_safetensors, index_file)."""
+        from weightlift.vllm_compat import (download_safetensors_index_file_from_hf, download_weights_from_hf,
+                                            filter_duplicate_safetensors_files,
+                                            filter_files_not_needed_for_inference)
+
+        model_name_or_path = _hub.maybe_download_from_modelscope(model_name_or_path, revision) or model_name_or_path
+        fmt = self._format(model_name_or_path, revision)
+        use_safetensors = False
+        index_file = SAFE_WEIGHTS_INDEX_NAME
+        if fmt == "hf":
+            allow_patterns = ["*.safetensors", "*.bin"]
+        elif fmt == "safetensors":
+            use_safetensors, allow_patterns = True, ["*.safetensors"]
+        elif fmt == "mistral":
+            use_safetensors, allow_patterns = True, ["consolidated*.safetensors"]
+            index_file = "consolidated.safetensors.index.json"
+        elif fmt == "pt":
+            allow_patterns = ["*.pt"]
+        else:  # npcache
+            allow_patterns = ["*.bin"]
+        if fall_back_to_pt and not use_safetensors:
+            allow_patterns += ["*.pt"]
+        if allow_patterns_overrides is not None:
+            allow_patterns = allow_patterns_overrides
+
+        if is_object_url(model_name_or_path):
+            return self._object_files(model_name_or_path, subfolder, allow_patterns, use_safetensors, index_file)
+
+        is_local = os.path.isdir(model_name_or_path)
+        if not is_local:
+            streaming = (fmt == "hf" and subfolder is None and allow_patterns_overrides is None
+                         and not self.load_config.ignore_patterns)
+            if streaming:
+                found = self._hub_files(model_name_or_path, revision)
+                if found is not None:
+                    return found
+            hf_folder = download_weights_from_hf(model_name_or_path, self.load_config.download_dir, allow_patterns,
+                                                 revision, subfolder=subfolder,
+                                                 ignore_patterns=self.load_config.ignore_patterns)
+        else:
+            hf_folder = model_name_or_path
+        if subfolder is not None:
+            hf_folder = os.path.join(hf_folder, subfolder)
+
+        files: list[str] = []
+        for pattern in allow_patterns:
+            files += glob.glob(os.path.join(hf_folder, pattern))
+            if files:
+                if pattern.endswith(".safetensors"):
+                    use_safetensors = True
+                break
+        if use_safetensors:
+            if not is_local and len(files) > 1:
+                download_safetensors_index_file_from_hf(model_name_or_path, index_file,
+                                                        cache_dir=self.load_config.download_dir,
+                                                        subfolder=subfolder, revision=revision)
+            if allow_patterns_overrides is None:
+                files = filter_duplicate_safetensors_files(files, hf_folder, index_file)
+        else:
+            files = filter_files_not_needed_for_inference(files)
+        if not files:
+            raise RuntimeError(f"Cannot find any model weights with `{model_name_or_path}`")
+        return hf_folder, files, use_safetensors, index_file
+
+    def _hub_files(self, repo: str, revision: str | None):
+        """A Hub repository's weights through the engine's load-while-downloading
+        (HubSource): the tensors are read as their bytes arrive, into the same
+        cache a plain download fills. None when the repository has no weights
+        it can stream (then vLLM's download path runs)."""
+        key = (repo, revision or "main", self.load_config.download_dir or "")
+        source = self._hub_sources.get(key)
+        if source is None:
+            source = _hub.hub_source(repo, revision, self.load_config.download_dir)
+            self._hub_sources[key] = source
+        files = list(source.weight_files)
+        if not files:
+            return None
+        use_safetensors = all(f.endswith(".safetensors") for f in files)
+        logger.info("Loading %s while it downloads (%d files, %d still arriving)", repo, len(files),
+                    len(source.pending))
+        return source.folder, _core.natural_sort(files), use_safetensors, SAFE_WEIGHTS_INDEX_NAME
+
+    def _object_files(self, url: str, subfolder: str | None, allow_patterns, use_safetensors, index_file):
+        """An object-storage prefix listed by the engine: the first allowed
+        pattern with matches, de-duplicated with the index, training files dropped."""
+        import fnmatch
+
+        folder = url.rstrip("/")
+        if subfolder:
+            folder = f"{folder}/{subfolder}"
+        listed = _core.list_dir(folder) if hasattr(_core, "list_dir") else None
+        if listed is None:
+            files, fmt = _core.find_weight_files(folder)
+            return folder, list(files), fmt == "safetensors", index_file
+        files = []
+        for pattern in allow_patterns:
+            files = [f"{folder}/{n}" for n in listed if fnmatch.fnmatch(n, pattern)]
+            if files:
+                use_safetensors = pattern.endswith(".safetensors")
+                break
+        if use_safetensors:
+            files = list(_core.filter_duplicate_safetensors_files(files, folder, index_file))
+        else:
+            files = _core.filter_files_not_needed_for_inference(files)
+        if not files:
+            raise RuntimeError(f"Cannot find any model weights with `{url}`")
+        return folder, _core.natural_sort(files), use_safetensors, index_file
+
+    def download_model(self, model_config: ModelConfig) -> None:
+        self._prepare_weights(self._weights_location(model_config), None, model_config.revision, True, None)
+
+    @staticmethod
+    def _weights_location(model_config: ModelConfig) -> str:
+        # An object-storage model: vLLM keeps the URL in model_weights and
+        # model_config.model is the local folder of its configs.
+        return getattr(model_config, "model_weights", "") or model_config.model
+
+    # ---- the weights -------------------------------------------------------------------------------
+
+    def get_all_weights(self, model_config: ModelConfig, model: nn.Module):
+        self._model = model
+        if is_object_url(getattr(model_config, "model_weights", "") or ""):
+            # The primary source is the object-storage URL, not the configs folder.
+            primary = DefaultModelLoader.Source(
+                model_config.model_weights, model_config.revision, prefix="",
+                fall_back_to_pt=getattr(model, "fall_back_to_pt_during_load", True),
+                allow_patterns_overrides=getattr(model, "allow_patterns_overrides", None),
+                is_unused_weight=getattr(model, "is_unused_checkpoint_weight", None))
+            yield from self._get_weights_iterator(primary)
+            for source in getattr(model, "secondary_weights", ()):
+                yield from self._get_weights_iterator(source)
+            return
+        yield from super().get_all_weights(model_config, model)
+
+    def _get_weights_iterator(self, source) -> Generator[tuple[str, torch.Tensor], None, None]:
+        if self.counter_before_loading_weights == 0.0:
+            self.counter_before_loading_weights = time.perf_counter()
+        hf_folder, files, use_safetensors, index_file = self._prepare_weights(
+            source.model_or_path, source.subfolder, source.revision, source.fall_back_to_pt,
+            source.allow_patterns_overrides)
+        files = self._filter_files(source, hf_folder, files, use_safetensors, index_file)
+        prefix = source.prefix
+        if self.options.format == "npcache":
+            from weightlift.vllm_compat import np_cache_weights_iterator
+
+            it = np_cache_weights_iterator(source.model_or_path, self.load_config.download_dir, hf_folder, files,
+                                           self.load_config.use_tqdm_on_load)
+            return ((prefix + n, t) for n, t in it)
+        location = self.load_config.pt_load_map_location
+        if not use_safetensors and location not in (None, "cpu") and location != {"": "cpu"}:
+            from weightlift.vllm_compat import pt_weights_iterator
+
+            it = pt_weights_iterator(files, self.load_config.use_tqdm_on_load, location)
+            return ((prefix + n, t) for n, t in it)
+        return self._engine_weights(files, prefix)
+
+    def _filter_files(self, source, hf_folder, files, use_safetensors, index_file):
+        """vLLM 0.32's shard filters (encoder-only models, unused weights)."""
+        from weightlift.vllm_compat import (filter_mm_encoder_only_safetensors_files,
+                                            filter_safetensors_files_by_weight_name)
+
+        if getattr(self, "_encoder_only_lm_prefixes", None) is not None and use_safetensors and files:
+            files = filter_mm_encoder_only_safetensors_files(files, hf_folder, index_file,
+                                                             self._encoder_only_lm_prefixes,
+                                                             weights_mapper=self._encoder_only_weights_mapper)
+            if not files:
+                raise RuntimeError(f"mm-encoder-only shard filter removed all weight files for "
+                                   f"`{source.model_or_path}`")
+        if getattr(source, "is_unused_weight", None) is not None and use_safetensors:
+            files = filter_safetensors_files_by_weight_name(files, source.is_unused_weight)
+        return files
+
+    def _engine_weights(self, files: list[str], prefix: str) -> Generator[tuple[str, torch.Tensor], None, None]:
+        """(name, tensor) of every tensor of `files` for the model's
+        load_weights(): first the tensors the engine read straight into
+        parameters (stand-ins), then the rest as the engine hands them over."""
+        opts = self.options
+        model = self._model
+        files = [os.fspath(f) for f in files]
+        t0 = time.perf_counter()
+        from vllm.model_executor.model_loader.ep_weight_filter import should_skip_weight
+
+        experts = self.local_expert_ids
+        file_of: dict[str, str] = {}
+        listed = []
+        for f in files:
+            for name, dtype, shape in _core.list_tensors([f]):
+                if experts is not None and should_skip_weight(name, experts):
+                    continue
+                file_of[name] = f
+                listed.append((name, dtype, tuple(shape)))
+        tp_rank, tp_size, group = _parallel()
+        device_type = _param_device_type(model)
+        plan = _direct.Plan()
+        if opts.into_params:
+            plannable = [(prefix + n, TORCH_DTYPES[d], s) for n, d, s in listed if d in TORCH_DTYPES]
+            plan = _direct.make_plan(model, plannable, tp_rank, tp_size, device_type)
+        self._plans.append(plan)
+        unprefixed = {prefix + n: n for n, _, _ in listed}
+        shapes = {n: s for n, _, s in listed}
+
+        def read_full(name: str) -> torch.Tensor:
+            n = unprefixed[name]
+            for tn, tfile, dtype, shape, data in open_stream([file_of[n]], max_queued_bytes=1 << 62, only=[n],
+                                                              strategy="auto", file_views=True):
+                return to_torch(dtype, shape, data, tn, tfile)
+            raise KeyError(n)
+
+        mat = _direct.Materializer(read_full)
+        collective = None
+        if group is not None and opts.distributed != "off":
+            from .._distributed import collective_for_group
+
+            collective = collective_for_group(group)
+        common = dict(tp_rank=tp_rank, tp_size=tp_size) if tp_size > 1 else {}
+        if collective is not None:
+            common["collective"] = collective
+        if experts is not None:
+            common["local_expert_ids"] = sorted(experts)
+
+        total_bytes = sum(_nbytes(d, s) for _, d, s in listed)
+        bar = _progress.FileBar(files, file_of, self.load_config.use_tqdm_on_load)
+        _progress.log_start(files, total_bytes, tp_size, collective is not None, opts)
+        stats = {"direct_tensors": 0, "direct_bytes": 0, "model_tensors": 0, "model_bytes": 0, "bytes_read": 0,
+                 "bytes_exchanged": 0, "direct_seconds": 0.0}
+        try:
+            direct = {prefix_n: pl for prefix_n, pl in plan.placements.items()}
+            if direct:
+                t1 = time.perf_counter()
+                items = [(unprefixed[n], pl.region.data_ptr(), pl.nbytes, TORCH_TO_NAME[pl.dtype],
+                          list(pl.shard_shape)) for n, pl in direct.items()]
+                rules = [r.replace(prefix, "", 1) if prefix else r for r in plan.shard_rules(direct)]
+                strategy = "stream" if opts.strategy == "auto" else opts.strategy
+                with torch.no_grad():
+                    s1 = _core.load_into(files, engine_options(strategy=strategy, shard_rules=rules or None,
+                                                               **opts.engine(**common)), items)
+                stats["direct_seconds"] = time.perf_counter() - t1
+                stats["direct_tensors"] = len(items)
+                stats["direct_bytes"] = sum(pl.nbytes for pl in direct.values())
+                stats["bytes_read"] += s1.get("bytes_read", 0)
+                stats["bytes_exchanged"] += s1.get("bytes_exchanged", 0)
+                stats["direct_io"] = s1.get("direct_io")
+                bar.done_tensors([unprefixed[n] for n in direct])
+                for n, pl in direct.items():
+                    yield n, _direct.PlannedTensor(pl, mat)
+
+            rest = [n for n, _, _ in listed if prefix + n not in direct]
+            if rest:
+                rules = [r.replace(prefix, "", 1) if prefix else r
+                         for r in plan.shard_rules(prefix + n for n in rest)]
+                strategy = opts.strategy
+                stream = open_stream(files, max_queued_bytes=max(opts.max_memory // 4, _LOOKAHEAD_BYTES),
+                                     ordered=collective is None, exclude=[unprefixed[n] for n in direct] or None,
+                                     strategy=strategy, order="name", file_views=collective is None,
+                                     shard_rules=rules or None, **opts.engine(**common))
+                try:
+                    for name, file, dtype, shape, data in stream:
+                        t = to_torch(dtype, shape, data, name, file)
+                        stats["model_tensors"] += 1
+                        stats["model_bytes"] += t.numel() * t.element_size()
+                        pname = prefix + name
+                        shard = plan.sharded.get(pname)
+                        if shard is not None:
+                            t = _direct.sharded_standin(pname, t.dtype, shapes[name], shard, t, mat)
+                        bar.done_tensors([name])
+                        yield pname, t
+                    p = stream.progress()
+                    stats["bytes_read"] += p.get("bytes_read", 0)
+                    stats["bytes_exchanged"] += p.get("bytes_exchanged", 0)
+                    stats["strategy"] = p.get("strategy")
+                finally:
+                    stream.close()
+        finally:
+            bar.close()
+        loose, clashing = _direct.check_placements(plan, mat)
+        stats["seconds"] = time.perf_counter() - t0
+        stats["materialized"] = mat.count
+        stats["materialized_bytes"] = mat.bytes
+        _progress.log_done(stats, len(plan.placements), loose, mat)
+        stats.update(tp_rank=tp_rank, tp_size=tp_size, distributed=collective is not None,
+                     placements=len(plan.placements), confirmed=sum(p.confirmed for p in plan.placements.values()),
+                     loose=len(loose), total_bytes=total_bytes, files=len(files))
+        self.last_stats = stats
+        _progress.dump_stats(stats)
+        if clashing:
+            names = ", ".join(p.name for p in clashing[:5])
+            raise RuntimeError(
+                f"weightlift: the model did not take {len(clashing)} tensor(s) it was expected to copy unchanged "
+                f"({names}), and their bytes overlap parameters it did take: the weights may be wrong. Load "
+                f"with --model-loader-extra-config '{{\"into_params\": false}}' and report the model at "
+                f"weightlift's issue tracker.")
+
+
+def _nbytes(dtype: str, shape) -> int:
+    from .._tensors import DTYPE_SIZES
+
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n * DTYPE_SIZES.get(dtype, 1)
+
+
+def _param_device_type(model: nn.Module) -> str:
+    for p in model.parameters():
+        return p.device.type
+    return "cpu"

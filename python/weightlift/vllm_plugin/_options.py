@@ -1,0 +1,80 @@
+"""The plug-in's options: `--model-loader-extra-config '{"strategy": "stream", ...}'`
+(LLM(model_loader_extra_config={...})). Every key is checked; an unknown key
+or a bad value is a ValueError naming it, as vLLM's own loaders do."""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+# vLLM's DefaultModelLoader keys, passed through to it unchanged.
+DEFAULT_LOADER_KEYS = ("enable_multithread_load", "num_threads", "enable_weights_track")
+
+_STRATEGIES = ("auto", "stream", "lazy", "eager", "prefetch", "threads")
+_FORMATS = ("auto", "hf", "safetensors", "pt", "npcache", "mistral")
+_TRISTATE = ("auto", "on", "off")
+
+
+@dataclass(frozen=True)
+class Options:
+    """Documented in docs/vllm.md (defaults here)."""
+
+    # Engine strategy: "auto" reads the tensors that go straight into
+    # parameters with `stream` (N threads, O_DIRECT when the files are not
+    # cached) and hands the rest to the model as views of the page cache
+    # (`lazy`; `stream` for files mostly not cached); any other strategy is
+    # used for both.
+    strategy: str = "auto"
+    # Engine I/O threads (0: the engine's default, 8 local, 16 connections remote).
+    threads: int = 0
+    # Read size in bytes (0: the engine's default, 8 MiB).
+    block_size: int = 0
+    # Cap in bytes on the engine's own memory (staging and tensors waiting for
+    # the model); 0: the engine's default.
+    max_memory: int = 0
+    # O_DIRECT: "auto" (when the files are mostly not in the page cache), "on", "off".
+    direct_io: str = "auto"
+    # Ranks read once: "auto"/"on" use the engine's distributed loading over
+    # vLLM's tensor-parallel group when its world size is above 1; "off": every
+    # rank reads its own shards and the replicated tensors.
+    distributed: str = "auto"
+    # Read tensors that land unchanged in a parameter straight into it.
+    into_params: bool = True
+    # vLLM's file selection, as `--load-format` would pick ("auto": *.safetensors,
+    # else *.bin, else *.pt; mistral's consolidated files when present).
+    format: str = "auto"
+
+    @classmethod
+    def parse(cls, extra: dict) -> tuple["Options", dict]:
+        """(our options, the keys left for DefaultModelLoader)."""
+        if not isinstance(extra, dict):
+            raise ValueError(f"model_loader_extra_config must be a dict for load format weightlift, "
+                             f"got {type(extra).__name__}")
+        ours = {f.name for f in fields(cls)}
+        unknown = set(extra) - ours - set(DEFAULT_LOADER_KEYS)
+        if unknown:
+            raise ValueError(f"Unexpected extra config keys for load format weightlift: {sorted(unknown)} "
+                             f"(known: {sorted(ours | set(DEFAULT_LOADER_KEYS))})")
+        kw = {k: v for k, v in extra.items() if k in ours}
+        rest = {k: v for k, v in extra.items() if k not in ours}
+        for k in ("threads", "block_size", "max_memory"):
+            v = kw.get(k, 0)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+                raise ValueError(f"weightlift option {k} must be a non-negative integer, got {v!r}")
+        for k, allowed in (("strategy", _STRATEGIES), ("format", _FORMATS), ("direct_io", _TRISTATE)):
+            v = kw.get(k, getattr(cls, k))
+            if v not in allowed:
+                raise ValueError(f"weightlift option {k} must be one of {list(allowed)}, got {v!r}")
+        d = kw.get("distributed", "auto")
+        if isinstance(d, bool):
+            kw["distributed"] = "on" if d else "off"
+        elif d not in _TRISTATE:
+            raise ValueError(f"weightlift option distributed must be true, false or 'auto', got {d!r}")
+        if not isinstance(kw.get("into_params", True), bool):
+            raise ValueError(f"weightlift option into_params must be a bool, got {kw['into_params']!r}")
+        return cls(**kw), rest
+
+    def engine(self, **extra) -> dict:
+        """Engine options (weightlift._engine.options keywords) for one load."""
+        o = dict(threads=self.threads or None, block_size=self.block_size or None,
+                 max_memory=self.max_memory or None, direct=self.direct_io)
+        o.update(extra)
+        return {k: v for k, v in o.items() if v is not None}
