@@ -1,0 +1,154 @@
+"""The plug-in's registration, options and object-storage bypass against the
+installed vLLM, and vLLM 0.32's five weight_utils names against vLLM's own
+(no engine start: seconds)."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from importlib.metadata import entry_points
+
+import pytest
+import torch
+
+
+def test_the_entry_point_is_installed_and_registers_the_format():
+    eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "weightlift"]
+    assert [ep.value for ep in eps] == ["weightlift.vllm_plugin:register"]
+    # vLLM's own plug-in loading, as each of its processes runs it, twice (it must be idempotent).
+    code = """
+import logging
+import vllm.logger
+vllm.logger._configure_vllm_root_logger()  # as each vLLM process configures its log at start
+from vllm.plugins import load_general_plugins
+from vllm.model_executor.model_loader import get_model_loader, _LOAD_FORMAT_TO_MODEL_LOADER
+from vllm.config.load import LoadConfig
+load_general_plugins(); load_general_plugins()
+import weightlift.vllm_plugin as p; p.register()
+cls = _LOAD_FORMAT_TO_MODEL_LOADER["weightlift"]
+loader = get_model_loader(LoadConfig(load_format="weightlift", model_loader_extra_config={"threads": 4}))
+print("RESULT", type(loader).__name__, loader.options.threads, [type(h).__name__ for h in logging.getLogger("weightlift").handlers])
+logging.getLogger("weightlift.vllm").info("a line from weightlift")
+logging.getLogger("weightlift.vllm").debug("not at vLLM's INFO level")
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-3000:]
+    result = next(line for line in r.stdout.splitlines() if line.startswith("RESULT"))
+    assert result.split()[1:3] == ["WeightliftModelLoader", "4"] and "_ToVllmLog" in result
+    # weightlift's lines come out through vLLM's handler, in vLLM's format, at vLLM's level.
+    assert re.search(r"INFO .* \[<string>:\d+\] a line from weightlift", r.stdout + r.stderr), r.stdout + r.stderr
+    assert "not at vLLM's INFO level" not in r.stdout + r.stderr
+    assert (r.stdout + r.stderr).count("Registered model loader") == 1
+
+
+def test_options_are_checked():
+    from vllm.config.load import LoadConfig
+
+    from weightlift.vllm_plugin._loader import WeightliftModelLoader
+
+    def make(extra):
+        return WeightliftModelLoader(LoadConfig(load_format="weightlift", model_loader_extra_config=extra))
+
+    o = make({"strategy": "stream", "threads": 2, "max_memory": 1 << 28, "direct_io": "off", "distributed": False,
+              "into_params": False, "enable_weights_track": True}).options
+    assert (o.strategy, o.threads, o.max_memory, o.direct_io, o.distributed, o.into_params) == \
+        ("stream", 2, 1 << 28, "off", "off", False)
+    for bad, msg in (({"stratgy": "x"}, "Unexpected extra config keys"), ({"strategy": "fast"}, "strategy must be"),
+                     ({"threads": -1}, "threads must be"), ({"direct_io": True}, "direct_io must be"),
+                     ({"into_params": "yes"}, "into_params must be"), ({"distributed": "maybe"}, "distributed")):
+        with pytest.raises(ValueError, match=msg):
+            make(bad)
+    # DefaultModelLoader still checks its own keys.
+    with pytest.raises(ValueError, match="num_threads must be a positive integer"):
+        make({"num_threads": 0})
+
+
+def test_object_storage_bypass_is_narrow_and_fails_loudly(monkeypatch):
+    from vllm.config.vllm import VllmConfig
+
+    from weightlift.vllm_plugin import _objstore
+
+    assert _objstore.install_bypass() and _objstore.install_bypass()  # idempotent
+    wrapper = VllmConfig.try_verify_and_update_config
+    assert wrapper.__weightlift_bypass__
+    seen = []
+
+    class Load:
+        load_format = "weightlift"
+
+    class Model:
+        model_weights = "s3://bucket/model"
+
+    class Fake:
+        load_config, model_config = Load(), Model()
+
+    def check(self):  # what vLLM 0.32's check sees
+        seen.append(self.load_config.load_format)
+
+    monkeypatch.setattr(wrapper, "__wrapped__", check)
+    f = Fake()
+    wrapper(f)
+    assert seen == ["runai_streamer"] and f.load_config.load_format == "weightlift"
+    # Other formats and local models: untouched.
+    f.load_config.load_format = "auto"
+    wrapper(f)
+    f.load_config.load_format, f.model_config.model_weights = "weightlift", ""
+    wrapper(f)
+    assert seen == ["runai_streamer", "auto", "weightlift"]
+
+    # vLLM rewrites the format during its check: a loud error, the format restored.
+    def rewrite(self):
+        self.load_config.load_format = "auto"
+
+    monkeypatch.setattr(wrapper, "__wrapped__", rewrite)
+    f.model_config.model_weights = "gs://bucket/model"
+    with pytest.raises(_objstore.ObjectStorageBypassError, match="vLLM changed the load format"):
+        wrapper(f)
+    assert f.load_config.load_format == "weightlift"
+
+
+def test_the_real_check_accepts_weightlift_for_object_storage_only_through_the_bypass():
+    """vLLM 0.32 still refuses plug-in formats for object-storage models by itself."""
+    from vllm.config.vllm import VllmConfig
+
+    from weightlift.vllm_plugin import _objstore
+
+    _objstore.install_bypass()
+    original = VllmConfig.try_verify_and_update_config.__wrapped__
+    import inspect
+
+    assert _objstore._CHECK_TEXT in inspect.getsource(original)
+
+
+def test_vllm_032_names_answer_as_vllms_own(tmp_path):
+    """The five names beyond the reference, on the same inputs as vLLM 0.32's own functions."""
+    import vllm.model_executor.model_loader.weight_utils as theirs
+    from safetensors.torch import save_file
+    from vllm.model_executor.models.utils import WeightsMapper
+
+    import weightlift.vllm_compat as ours
+
+    layout = {"model-1.safetensors": ["language_model.a", "language_model.b"],
+              "model-2.safetensors": ["language_model.c", "visual.d"], "model-3.safetensors": ["visual.e"]}
+    files = []
+    for f, names in layout.items():
+        save_file({n: torch.zeros(2) for n in names}, tmp_path / f)
+        files.append(str(tmp_path / f))
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {}, "weight_map": {n: f for f, names in layout.items() for n in names}}))
+    for unused in (lambda n: n.startswith("visual."), lambda n: True, lambda n: n.startswith("language_model.")):
+        assert ours.filter_safetensors_files_by_weight_name(files, unused) == \
+            theirs.filter_safetensors_files_by_weight_name(files, unused)
+    mappers = [None, WeightsMapper(orig_to_new_prefix={"model.visual.": "visual."}),
+               WeightsMapper(orig_to_new_prefix={"model.vision_backbone.": "vision_backbone.", "model.": "model."})]
+    for names in (None, [], ["language_model"], ["model"], ["language_model.", "lm_head"]):
+        for m in mappers:
+            assert ours.resolve_mm_encoder_only_lm_prefixes(names, weights_mapper=m) == \
+                theirs.resolve_mm_encoder_only_lm_prefixes(names, weights_mapper=m), (names, m)
+    for prefixes in (("language_model.",), ("visual.",), ()):
+        for m in mappers[:2]:
+            args = (files, str(tmp_path), "model.safetensors.index.json", prefixes)
+            assert ours.filter_mm_encoder_only_safetensors_files(*args, weights_mapper=m) == \
+                theirs.filter_mm_encoder_only_safetensors_files(*args, weights_mapper=m)
+    assert issubclass(ours.DisabledTqdm, theirs.tqdm) and ours.DisabledTqdm(range(2), disable=False).disable
