@@ -31,3 +31,29 @@ def test_bar_prints_the_lines_vllms_tqdm_over_files_prints(tmp_path, capsys):
     ours = _lines(capsys.readouterr().err)
     assert len(theirs) == len(files) + 2
     assert [line.split(" [")[0] for line in ours] == [line.split(" [")[0] for line in theirs]
+
+
+def test_the_vllm_plugins_bar_is_the_same_bar(capsys):
+    """The plug-in's bar (files finished as their last tensor reaches the model, whichever
+    pass delivered it) prints what vLLM's tqdm over files prints."""
+    from weightlift.vllm_plugin._progress import FileBar
+
+    files = ["a.safetensors", "b.safetensors", "c.safetensors", "d.safetensors"]
+    file_of = {"a1": "a.safetensors", "a2": "a.safetensors", "b1": "b.safetensors", "c1": "c.safetensors",
+               "d1": "d.safetensors"}
+    bar = FileBar(files, file_of, True)
+    for names in (["a1"], ["b1"], ["a2"], ["c1"], ["d1"]):
+        time.sleep(0.12)
+        bar.done_tensors(names)
+    bar.close()
+    lines = [line.split(" [")[0] for line in _lines(capsys.readouterr().err)]
+    assert lines == ["Loading safetensors checkpoint shards:   0% Completed | 0/4",
+                     "Loading safetensors checkpoint shards:  25% Completed | 1/4",
+                     "Loading safetensors checkpoint shards:  50% Completed | 2/4",
+                     "Loading safetensors checkpoint shards:  75% Completed | 3/4",
+                     "Loading safetensors checkpoint shards: 100% Completed | 4/4",
+                     "Loading safetensors checkpoint shards: 100% Completed | 4/4"]
+    quiet = FileBar(files, file_of, False)
+    quiet.done_tensors(list(file_of))
+    quiet.close()
+    assert capsys.readouterr().err == ""

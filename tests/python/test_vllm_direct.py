@@ -277,8 +277,14 @@ def test_parameters_elsewhere_or_shared_are_left_to_the_model(tmp_path):
     files, _ = _checkpoint(tmp_path)
     model = Toy()
     listed = [(n, TORCH_DTYPES[d], tuple(s)) for n, d, s in _core.list_tensors(files)]
-    # Not host memory of the wanted kind (e.g. CUDA parameters seen from a CPU plan): nothing planned.
+    # Not host memory of the wanted kind (e.g. CUDA parameters seen from a CPU plan), or no memory at all
+    # (meta parameters of online quantization): nothing planned.
     assert not _direct.make_plan(model, listed, device_type="cuda").placements
+    meta = Toy()
+    for n in list(meta.names):
+        meta.names[n] = _param(tuple(meta.names[n].shape), meta.names[n].dtype).to("meta")
+    assert not _direct.make_plan(meta, listed, device_type="meta").placements
+    assert not _direct.make_plan(meta, listed).placements
     # Two checkpoint tensors into one parameter (an untied checkpoint into tied parameters): neither.
     tied = Toy(tied=True)
     plan = _direct.make_plan(tied, listed)

@@ -142,7 +142,10 @@ def _packed_target(model, name: str, params: dict):
 
 
 def _host_param(p: torch.Tensor, device_type: str) -> bool:
-    return p.device.type == device_type and p.is_contiguous() and p.layout == torch.strided
+    """Memory the engine can fill: host or CUDA, strided, contiguous, allocated
+    (not a meta tensor of online quantization, not empty)."""
+    return (device_type in ("cpu", "cuda") and p.device.type == device_type and p.layout == torch.strided
+            and p.is_contiguous() and p.numel() > 0 and p.data_ptr() != 0)
 
 
 def make_plan(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.dtype, tuple[int, ...]]],
@@ -303,6 +306,7 @@ def check_placements(plan: Plan, materializer: "Materializer | None" = None) -> 
 def _bytes_equal(a: torch.Tensor, b: torch.Tensor) -> bool:
     if a.dtype != b.dtype or tuple(a.shape) != tuple(b.shape):
         return False
+    a = a.to(b.device)
     return torch.equal(a.contiguous().reshape(-1).view(torch.uint8), b.contiguous().reshape(-1).view(torch.uint8))
 
 

@@ -311,6 +311,8 @@ class WeightliftModelLoader(DefaultModelLoader):
 
             collective = collective_for_group(group)
         common = dict(tp_rank=tp_rank, tp_size=tp_size) if tp_size > 1 else {}
+        # CUDA parameters: the engine fills them through its pinned staging ring.
+        into_device = dict(device=f"cuda:{torch.cuda.current_device()}") if device_type == "cuda" else {}
         if collective is not None:
             common["collective"] = collective
         if experts is not None:
@@ -331,7 +333,7 @@ class WeightliftModelLoader(DefaultModelLoader):
                 strategy = "stream" if opts.strategy == "auto" else opts.strategy
                 with torch.no_grad():
                     s1 = _core.load_into(files, engine_options(strategy=strategy, shard_rules=rules or None,
-                                                               **opts.engine(**common)), items)
+                                                               **opts.engine(**common, **into_device)), items)
                 stats["direct_seconds"] = time.perf_counter() - t1
                 stats["direct_tensors"] = len(items)
                 stats["direct_bytes"] = sum(pl.nbytes for pl in direct.values())
