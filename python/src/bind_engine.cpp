@@ -34,6 +34,7 @@
 #include "weightlift/destination.h"
 #include "weightlift/dummy.h"
 #include "weightlift/expert_filter.h"
+#include "weightlift/gpu.h"
 #include "weightlift/hub.h"
 #include "weightlift/loader.h"
 #include "weightlift/prefetch.h"
@@ -252,11 +253,16 @@ class Stream {
 
 // ---- loading into the caller's memory ------------------------------------------------
 //
-// targets: [(name, data_ptr, nbytes, dtype, shape)] of host tensors the caller
-// keeps alive for the call. Only these names are read; the engine's threads
-// read each one's bytes straight into its memory (caller_destination).
+// targets: [(name, data_ptr, nbytes, dtype, shape)] of tensors the caller
+// keeps alive for the call, all on options.device: host memory ("cpu",
+// "pinned"), which the engine's threads read straight into, or one CUDA
+// device ("cuda:N": vLLM's parameters), filled through the engine's pinned
+// staging ring (gpu::make_uploader). Only these names are read.
 nb::dict load_into(const std::vector<std::string>& files, const PyLoadOptions& options,
                    const std::vector<std::tuple<std::string, uintptr_t, uint64_t, std::string, wl::Shape>>& targets) {
+  const wl::Device device = unwrap(wl::parse_device(options.device));
+  std::unique_ptr<wl::Uploader> uploader;  // CUDA targets: the engine's pinned ring, before anything is read
+  if (device.kind == wl::DeviceKind::kCuda) uploader = unwrap(wl::gpu::make_uploader(device));
   struct Target {
     std::byte* data;
     uint64_t nbytes;
@@ -269,20 +275,23 @@ nb::dict load_into(const std::vector<std::string>& files, const PyLoadOptions& o
     if (!dt) raise(wl::Status::InvalidArgument("unknown dtype '" + dtype + "'").with_tensor(name));
     (*map)[name] = Target{reinterpret_cast<std::byte*>(ptr), nbytes, *dt, shape};
   }
-  auto dest = wl::caller_destination([map](const wl::TensorRequest& r) -> wl::Result<wl::Region> {
-    auto it = map->find(r.name);
-    if (it == map->end()) return wl::Status::Internal("no destination for the tensor").with_tensor(r.name);
-    const Target& t = it->second;
-    if (t.dtype != r.dtype || t.shape != r.shape)
-      return wl::Status::InvalidArgument(fmt::format("the checkpoint holds {} {}, the destination is {} {}",
-                                                     wl::dtype_name(r.dtype), wl::shape_to_string(r.shape),
-                                                     wl::dtype_name(t.dtype), wl::shape_to_string(t.shape)))
-          .with_tensor(r.name);
-    return wl::Region{t.data, t.nbytes, wl::kCpu, nullptr};
-  });
-  if (options.device != "cpu") raise(wl::Status::InvalidArgument("load_into reads into host tensors; drop device="));
+  auto dest = wl::caller_destination(
+      [map, device](const wl::TensorRequest& r) -> wl::Result<wl::Region> {
+        auto it = map->find(r.name);
+        if (it == map->end()) return wl::Status::Internal("no destination for the tensor").with_tensor(r.name);
+        const Target& t = it->second;
+        if (t.dtype != r.dtype || t.shape != r.shape)
+          return wl::Status::InvalidArgument(fmt::format("the checkpoint holds {} {}, the destination is {} {}",
+                                                         wl::dtype_name(r.dtype), wl::shape_to_string(r.shape),
+                                                         wl::dtype_name(t.dtype), wl::shape_to_string(t.shape)))
+              .with_tensor(r.name);
+        return wl::Region{t.data, t.nbytes, device, nullptr};
+      },
+      device, uploader.get());
+  PyLoadOptions rest = options;
+  rest.device = "cpu";  // the destination is ours (the caller's memory), not a device destination of its own
   wl::LoadOptions o;
-  auto keep = options.resolve(o);
+  auto keep = rest.resolve(o);
   o.destination = dest.get();
   o.file_views = false;
   o.select = [map](std::string_view n) { return map->count(std::string(n)) > 0; };

@@ -53,6 +53,24 @@ void bind_gpu(nb::module_& m) {
         return nb::make_tuple(dtype, nb::cast(v.shape()), bytes_array(v.bytes(), v.owner(), v.device()));
       },
       "path"_a, "offset"_a, "dtype"_a, "shape"_a, "device"_a);
+  // nbytes at device address `ptr` on `device` copied to host (bytes): for
+  // checking what the engine wrote into memory the caller holds on a device
+  // (load_into's CUDA targets; on the fake backend too).
+  m.def(
+      "device_bytes",
+      [](uintptr_t ptr, uint64_t nbytes, const std::string& device) {
+        wl::Device d = unwrap(wl::parse_device(device));
+        std::string out(nbytes, '\0');
+        {
+          nb::gil_scoped_release nogil;
+          check(wl::gpu::check_device(d));
+          wl::TensorView v(wl::DType::U8, wl::Shape{static_cast<int64_t>(nbytes)},
+                           std::span<const std::byte>(reinterpret_cast<const std::byte*>(ptr), nbytes), nullptr, d);
+          check(wl::gpu::copy_to_host(v, std::as_writable_bytes(std::span<char>(out.data(), out.size()))));
+        }
+        return nb::bytes(out.data(), out.size());
+      },
+      "ptr"_a, "nbytes"_a, "device"_a);
 }
 
 }  // namespace wlpy
