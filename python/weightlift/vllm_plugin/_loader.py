@@ -72,7 +72,6 @@ class WeightliftModelLoader(DefaultModelLoader):
             load_config.model_loader_extra_config = original
         self._model: nn.Module | None = None
         self._hub_sources: dict = {}
-        self._plans: list = []
 
     # ---- which files ------------------------------------------------------------------------------
 
@@ -179,30 +178,16 @@ class WeightliftModelLoader(DefaultModelLoader):
         return source.folder, _core.natural_sort(files), use_safetensors, SAFE_WEIGHTS_INDEX_NAME
 
     def _object_files(self, url: str, subfolder: str | None, allow_patterns, use_safetensors, index_file):
-        """An object-storage prefix listed by the engine: the first allowed
-        pattern with matches, de-duplicated with the index, training files dropped."""
-        import fnmatch
-
+        """An object-storage prefix listed by the engine (its S3/GCS source):
+        *.safetensors, else *.bin, else *.pt, de-duplicated with the index,
+        training files dropped, naturally sorted (vLLM's `auto` selection)."""
         folder = url.rstrip("/")
         if subfolder:
             folder = f"{folder}/{subfolder}"
-        listed = _core.list_dir(folder) if hasattr(_core, "list_dir") else None
-        if listed is None:
-            files, fmt = _core.find_weight_files(folder)
-            return folder, list(files), fmt == "safetensors", index_file
-        files = []
-        for pattern in allow_patterns:
-            files = [f"{folder}/{n}" for n in listed if fnmatch.fnmatch(n, pattern)]
-            if files:
-                use_safetensors = pattern.endswith(".safetensors")
-                break
-        if use_safetensors:
-            files = list(_core.filter_duplicate_safetensors_files(files, folder, index_file))
-        else:
-            files = _core.filter_files_not_needed_for_inference(files)
+        files, fmt = _core.find_weight_files(folder)
         if not files:
             raise RuntimeError(f"Cannot find any model weights with `{url}`")
-        return folder, _core.natural_sort(files), use_safetensors, index_file
+        return folder, list(files), fmt == "safetensors", index_file
 
     def download_model(self, model_config: ModelConfig) -> None:
         self._prepare_weights(self._weights_location(model_config), None, model_config.revision, True, None)
@@ -293,7 +278,6 @@ class WeightliftModelLoader(DefaultModelLoader):
         if opts.into_params:
             plannable = [(prefix + n, TORCH_DTYPES[d], s) for n, d, s in listed if d in TORCH_DTYPES]
             plan = _direct.make_plan(model, plannable, tp_rank, tp_size, device_type)
-        self._plans.append(plan)
         unprefixed = {prefix + n: n for n, _, _ in listed}
         shapes = {n: s for n, _, s in listed}
 
@@ -322,7 +306,7 @@ class WeightliftModelLoader(DefaultModelLoader):
         bar = _progress.FileBar(files, file_of, self.load_config.use_tqdm_on_load)
         _progress.log_start(files, total_bytes, tp_size, collective is not None, opts)
         stats = {"direct_tensors": 0, "direct_bytes": 0, "model_tensors": 0, "model_bytes": 0, "bytes_read": 0,
-                 "bytes_exchanged": 0, "direct_seconds": 0.0}
+                 "bytes_exchanged": 0, "direct_seconds": 0.0, "rss_start": _progress.rss_bytes()}
         try:
             direct = {prefix_n: pl for prefix_n, pl in plan.placements.items()}
             if direct:
@@ -335,6 +319,7 @@ class WeightliftModelLoader(DefaultModelLoader):
                     s1 = _core.load_into(files, engine_options(strategy=strategy, shard_rules=rules or None,
                                                                **opts.engine(**common, **into_device)), items)
                 stats["direct_seconds"] = time.perf_counter() - t1
+                stats["rss_after_direct"] = _progress.rss_bytes()
                 stats["direct_tensors"] = len(items)
                 stats["direct_bytes"] = sum(pl.nbytes for pl in direct.values())
                 stats["bytes_read"] += s1.get("bytes_read", 0)
@@ -372,6 +357,7 @@ class WeightliftModelLoader(DefaultModelLoader):
                     stream.close()
         finally:
             bar.close()
+        stats["rss_end"] = _progress.rss_bytes()
         loose, clashing = _direct.check_placements(plan, mat)
         stats["seconds"] = time.perf_counter() - t0
         stats["materialized"] = mat.count
@@ -382,6 +368,11 @@ class WeightliftModelLoader(DefaultModelLoader):
                      loose=len(loose), total_bytes=total_bytes, files=len(files))
         self.last_stats = stats
         _progress.dump_stats(stats)
+        # Let go of the parameters' memory: process_weights_after_loading may
+        # replace them (CPU kernels repack weights), and a view kept here
+        # would keep the old memory alive.
+        plan.placements.clear()
+        plan.sharded.clear()
         if clashing:
             names = ", ".join(p.name for p in clashing[:5])
             raise RuntimeError(

@@ -65,6 +65,18 @@ class FileBar:
             self._bar = None
 
 
+def rss_bytes() -> dict:
+    """This process's resident memory now and at its peak (VmRSS, VmHWM), in bytes."""
+    out = {}
+    try:
+        for line in open("/proc/self/status"):
+            if line.startswith(("VmRSS:", "VmHWM:")):
+                out[line.split(":")[0]] = int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return out
+
+
 def _gib(n: int) -> float:
     return n / 1024**3
 

