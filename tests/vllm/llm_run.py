@@ -56,10 +56,16 @@ def main() -> None:
     with open(args["out"], "w") as f:
         json.dump(out, f)
     # No teardown: vLLM's takes seconds (a 5 s grace period for its engine
-    # core); the caller ends this process group (the engine core and workers
-    # also end themselves when their parent is gone).
+    # core). The engine core and workers this process started are ended here.
     sys.stdout.flush()
     sys.stderr.flush()
+    import psutil
+
+    for child in psutil.Process().children(recursive=True):
+        try:
+            child.kill()
+        except psutil.NoSuchProcess:
+            pass
     os._exit(0)
 
 
