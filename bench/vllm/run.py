@@ -104,8 +104,9 @@ def warm(paths) -> None:
 
 def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | None, strategy: str | None,
              timeout: float = 900) -> dict:
+    stats_dir = tempfile.mkdtemp(prefix="wl-bench-vllm-stats-")
     args = {"model": model, "load_format": load_format, "tp": tp, "out": os.devnull, "prompts": [],
-            "env": env, "extra": extra, "safetensors_load_strategy": strategy}
+            "env": env, "extra": extra, "safetensors_load_strategy": strategy, "stats_dir": stats_dir}
     e = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     e.update(PYTHONUNBUFFERED="1", VLLM_CPU_KVCACHE_SPACE=e.get("VLLM_CPU_KVCACHE_SPACE", "1"),
              PYTHONPATH=os.pathsep.join(p for p in (str(HERE), e.get("PYTHONPATH", "")) if p))  # sitecustomize.py
@@ -127,10 +128,15 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
             time.sleep(0.2)
         weights = [float(x) for x in re.findall(r"Loading weights took ([0-9.]+) seconds", text)]
         if len(loads) < tp or not weights:
-            why = [ln for ln in text.splitlines() if "Error" in ln or "error" in ln][-3:]
+            why = ([ln for ln in text.splitlines() if re.search(r"Error|error|Exception", ln)] or text.splitlines())[-3:]
             raise RuntimeError(f"{load_format} tp={tp} on {model}: vLLM did not load it: " + " | ".join(why)[-400:])
-        return {"load_seconds": max(weights), "model_seconds": max(float(s) for s, _ in loads),
-                "peak_rss_bytes": max(int(r) for _, r in loads)}
+        out = {"load_seconds": max(weights), "model_seconds": max(float(s) for s, _ in loads),
+               "peak_rss_bytes": max(int(r) for _, r in loads)}
+        ours = [json.load(open(os.path.join(stats_dir, f))) for f in sorted(os.listdir(stats_dir))
+                if f.endswith(".json")]
+        if ours:  # weightlift's own figures per rank (bytes each way, seconds, O_DIRECT)
+            out["weightlift"] = ours
+        return out
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)
@@ -141,6 +147,9 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
             os.unlink(log_path)
         except OSError:
             pass
+        import shutil
+
+        shutil.rmtree(stats_dir, ignore_errors=True)
 
 
 # ---- the matrix -------------------------------------------------------------------------------------
@@ -198,7 +207,7 @@ def main() -> None:
             for rep in range(a.runs):
                 for group, label, model, fmt, tp, env, extra, strat, cached in configs:
                     key = f"{cache}|{group}|{label}"
-                    if key in skipped:
+                    if f"{group}|{label}" in skipped:  # a format that cannot run here is tried once
                         continue
                     if cache == "cold":
                         drop(cached)
@@ -210,12 +219,16 @@ def main() -> None:
                     try:
                         r = run_once(model, fmt, tp, env, extra, strat)
                     except (RuntimeError, TimeoutError) as e:
-                        skipped[key] = str(e).splitlines()[-1][:200]
-                        print(f"{key}: does not run here: {skipped[key]}", file=sys.stderr)
+                        skipped[f"{group}|{label}"] = str(e).replace("\n", " ")[-300:]
+                        print(f"{key}: does not run here: {skipped[f'{group}|{label}']}", file=sys.stderr)
                         continue
                     results.setdefault(key, []).append(r)
+                    extra_info = ""
+                    for w in r.get("weightlift", []):
+                        extra_info += (f" [rank {w['tp_rank']}: into params {w['direct_seconds']:.2f} s"
+                                       f"{' O_DIRECT' if w.get('direct_io') else ''}, total {w['seconds']:.2f} s]")
                     print(f"{key} run {rep + 1}: load {r['load_seconds']:.2f} s, model {r['model_seconds']:.2f} s, "
-                          f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB", file=sys.stderr, flush=True)
+                          f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB{extra_info}", file=sys.stderr, flush=True)
     finally:
         if server is not None:
             server.stop()
@@ -229,7 +242,8 @@ def main() -> None:
                       "peak_rss_mib": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20})
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump({"model_bytes": model_bytes, "size": a.size, "rows": table, "skipped": skipped}, f, indent=1)
+        json.dump({"model_bytes": model_bytes, "size": a.size, "rows": table, "skipped": skipped, "runs": results},
+                  f, indent=1)
     print_table(table, skipped, model_bytes)
 
 

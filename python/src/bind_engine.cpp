@@ -314,6 +314,33 @@ std::vector<std::tuple<std::string, std::string, wl::Shape>> list_tensors(const 
   return out;
 }
 
+// ---- files through the Env (local paths and URLs: s3://, gs://, http(s)://) ----------------
+
+// [(name, is_dir, size)] of a folder or an object-store prefix, sorted by name.
+std::vector<std::tuple<std::string, bool, uint64_t>> env_list_dir(const std::string& path) {
+  std::vector<std::tuple<std::string, bool, uint64_t>> out;
+  nb::gil_scoped_release nogil;
+  for (auto& e : unwrap(wl::Env::Default()->list_dir(path))) out.emplace_back(e.name, e.is_dir, e.size);
+  return out;
+}
+
+// A whole small file (configs, tokenizers); larger than max_bytes is
+// kInvalidArgument (ValueError) before anything is read or allocated.
+nb::bytes env_read_file(const std::string& path, uint64_t max_bytes) {
+  std::string data;
+  {
+    nb::gil_scoped_release nogil;
+    auto f = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kPread}));
+    if (f->size() > max_bytes)
+      raise(wl::Status::InvalidArgument(fmt::format("{} bytes, above the {}-byte limit of a read into memory", f->size(),
+                                               max_bytes))
+                .with_file(path));
+    data.resize(f->size());
+    check(f->read_at(0, std::as_writable_bytes(std::span<char>(data.data(), data.size()))));
+  }
+  return nb::bytes(data.data(), data.size());
+}
+
 // ---- prefetch ----------------------------------------------------------------------------
 class PyPrefetcher {
  public:
@@ -473,6 +500,8 @@ void bind_engine(nb::module_& m) {
 
   m.def("load_into", &load_into, "files"_a, "options"_a, "targets"_a);
   m.def("list_tensors", &list_tensors, "files"_a);
+  m.def("env_list_dir", &env_list_dir, "path"_a);
+  m.def("env_read_file", &env_read_file, "path"_a, "max_bytes"_a);
 
   // ---- the read path (read_path.h): one engine call, the same rules as a load ----
   m.def("choose_read_path", &choose_read_path, "files"_a, "strategy"_a = "auto", "file_views"_a = false,

@@ -4,7 +4,7 @@ scripts/vllm-venv builds; skipped where vLLM is not importable).
 Every vLLM engine start costs tens of seconds here, so each start is one
 session-wide run (`runs(name)`), shared by every test that compares it:
 
-    auto-tp1, weightlift-tp1, weightlift-s3, auto-tp2, weightlift-tp2
+    auto-tp1, weightlift-tp1, weightlift-s3, weightlift-hub, auto-tp2, weightlift-tp2
 
 all on one model, written by `weightlift synth --size SMALL` and then tied
 (lm_head dropped, tie_word_embeddings true): it has shared (tied), stacked
@@ -154,6 +154,27 @@ def s3_model(model, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def hub_model(model, tmp_path_factory):
+    """The model served by the loopback Hub server as org/tied-llama: (repo id, env, cache)."""
+    sys.path.insert(0, str(ROOT / "tests" / "hubserver"))
+    from hubserver import HubServer
+
+    root = tmp_path_factory.mktemp("hub-repos")
+    repo = root / "org" / "tied-llama" / "main"
+    repo.mkdir(parents=True)
+    for p in model.iterdir():
+        if p.is_file():
+            (repo / p.name).write_bytes(p.read_bytes())
+    cache = tmp_path_factory.mktemp("hf-cache")
+    server = HubServer(str(root)).start()
+    try:
+        yield "org/tied-llama", {"HF_ENDPOINT": server.endpoint, "HF_HUB_CACHE": str(cache),
+                                 "HF_HUB_DISABLE_XET": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}, cache
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="session")
 def runs(model, tmp_path_factory, request):
     """runs(name) -> Run, each started once per session."""
     tmp = tmp_path_factory.mktemp("vllm-runs")
@@ -168,6 +189,9 @@ def runs(model, tmp_path_factory, request):
             elif name == "weightlift-s3":
                 url, env = request.getfixturevalue("s3_model")
                 done[name] = run_llm(tmp, name, url, "weightlift", env=env)
+            elif name == "weightlift-hub":
+                repo, env, _ = request.getfixturevalue("hub_model")
+                done[name] = run_llm(tmp, name, repo, "weightlift", env=env)
             elif name == "auto-tp2":
                 done[name] = run_llm(tmp, name, model, "auto", tp=2)
             elif name == "weightlift-tp2":

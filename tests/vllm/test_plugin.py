@@ -52,6 +52,20 @@ def test_weightlift_from_s3_equals_the_local_load(runs):
     assert re.search(r"weightlift: \d+ checkpoint files .* on S3", ours.log)
 
 
+def test_weightlift_from_the_hub_loads_while_downloading(runs, hub_model, model):
+    ref, ours = runs("auto-tp1"), runs("weightlift-hub")
+    _same_generation(ref, ours)
+    s = ours.stats[0]
+    assert s["placements"] == s["confirmed"] > 0 and s["materialized"] == 0
+    assert re.search(r"Loading org/tied-llama while it downloads \(\d+ files", ours.log), ours.log[-3000:]
+    # The cache ends as a plain download leaves it: every weight file in the snapshot, bytes identical.
+    _, _, cache = hub_model
+    snapshots = list((cache / "models--org--tied-llama" / "snapshots").iterdir())
+    assert len(snapshots) == 1
+    for p in model.glob("*.safetensors"):
+        assert (snapshots[0] / p.name).read_bytes() == p.read_bytes()
+
+
 def test_tensor_parallel_2_reads_the_checkpoint_once(runs, model_bytes):
     ref, ours = runs("auto-tp2"), runs("weightlift-tp2")
     _same_generation(ref, ours)

@@ -4,6 +4,7 @@ installed vLLM, and vLLM 0.32's five weight_utils names against vLLM's own
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -152,3 +153,45 @@ def test_vllm_032_names_answer_as_vllms_own(tmp_path):
             assert ours.filter_mm_encoder_only_safetensors_files(*args, weights_mapper=m) == \
                 theirs.filter_mm_encoder_only_safetensors_files(*args, weights_mapper=m)
     assert issubclass(ours.DisabledTqdm, theirs.tqdm) and ours.DisabledTqdm(range(2), disable=False).disable
+
+
+def test_object_storage_configs_without_runai(s3_model, tmp_path):
+    """Where runai-model-streamer is not installed, vLLM's ModelConfig still gets an object-storage
+    model's configs: the plug-in's pull_files (weightlift's S3 client) stands in for runai's, and
+    pulls exactly what runai's pulls."""
+    url, env = s3_model
+    from runai_model_streamer import pull_files as runai_pull
+
+    from weightlift.vllm_plugin._objstore import pull_files
+
+    e = dict(os.environ, **env, RUNAI_STREAMER_S3_ENDPOINT=env["AWS_ENDPOINT_URL"])
+    for allow, ignore in ((["*.model", "*.py", "*.json"], None),
+                          (None, ["*.pt", "*.safetensors", "*.bin", "*.tensors", "*.pth"])):
+        theirs, ours = tmp_path / f"runai-{len(allow or [])}", tmp_path / f"ours-{len(allow or [])}"
+        code = (f"from runai_model_streamer import pull_files; "
+                f"pull_files({url!r}, {str(theirs)!r}, {allow!r}, {ignore!r})")
+        r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        code = (f"from weightlift.vllm_plugin._objstore import pull_files; "
+                f"pull_files({url!r}, {str(ours)!r}, {allow!r}, {ignore!r})")
+        r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 0, r.stderr[-2000:]
+        listing = lambda d: sorted((str(p.relative_to(d)), p.read_bytes()) for p in d.rglob("*") if p.is_file())  # noqa: E731
+        assert listing(ours) == listing(theirs) and listing(ours)
+    del runai_pull, pull_files
+    # vLLM itself, runai hidden: ModelConfig pulls the configs through the plug-in.
+    code = f"""
+import sys
+sys.modules["runai_model_streamer"] = None
+import vllm.logger
+from vllm.plugins import load_general_plugins
+load_general_plugins()
+from vllm.config import ModelConfig
+mc = ModelConfig(model={url!r}, skip_tokenizer_init=True, dtype="bfloat16", max_model_len=256)
+print("RESULT", mc.model_weights, mc.architecture, *sorted(__import__("os").listdir(mc.model)))
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=dict(e, VLLM_ASSETS_CACHE=str(tmp_path / "assets")),
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
+    result = next(line for line in r.stdout.splitlines() if line.startswith("RESULT"))
+    assert result.split()[1:] == [url, "LlamaForCausalLM", "config.json", "model.safetensors.index.json"]

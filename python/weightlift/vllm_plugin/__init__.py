@@ -7,7 +7,9 @@ core, each worker, spawned or forked); register() then
 
   * registers WeightliftModelLoader (_loader.py) as the load format
     `weightlift` (vLLM's register_model_loader);
-  * lets vLLM accept `weightlift` for s3:// and gs:// models (_objstore.py);
+  * lets vLLM accept `weightlift` for s3:// and gs:// models, and fetches
+    their configs itself where runai-model-streamer is not installed
+    (_objstore.py);
   * routes weightlift's log lines through vLLM's log handlers.
 
 It is safe to call any number of times and does nothing where vLLM is not
@@ -46,6 +48,7 @@ def register() -> None:
     if table.get(LOAD_FORMAT) is not WeightliftModelLoader:
         ml.register_model_loader(LOAD_FORMAT)(WeightliftModelLoader)
     _objstore.install_bypass()
+    _objstore.install_config_pull()
     _registered = True
 
 

@@ -235,7 +235,15 @@ class WeightliftModelLoader(DefaultModelLoader):
 
             it = pt_weights_iterator(files, self.load_config.use_tqdm_on_load, location)
             return ((prefix + n, t) for n, t in it)
-        return self._engine_weights(files, prefix)
+        return self._weights_then_finish(files, prefix)
+
+    def _weights_then_finish(self, files, prefix):
+        yield from self._engine_weights(files, prefix)
+        # Hub repositories loaded while downloading: every blob verified and
+        # linked into the cache (the load itself already waited for their bytes).
+        for key, source in list(self._hub_sources.items()):
+            source.finish()
+            del self._hub_sources[key]
 
     def _filter_files(self, source, hf_folder, files, use_safetensors, index_file):
         """vLLM 0.32's shard filters (encoder-only models, unused weights)."""

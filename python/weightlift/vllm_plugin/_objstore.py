@@ -89,3 +89,79 @@ def install_bypass() -> bool:
     try_verify_and_update_config.__doc__ = current.__doc__
     VllmConfig.try_verify_and_update_config = try_verify_and_update_config
     return True
+
+
+# ---- the configs of an object-storage model without runai-model-streamer ----------------------------
+
+_MAX_PULLED_FILE = 1 << 30  # configs and tokenizers; a larger object is refused before it is read
+_MAX_DEPTH = 8
+
+
+def _matches(rel: str, patterns) -> bool:
+    import fnmatch
+
+    base = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(rel, p) or fnmatch.fnmatch(base, p) for p in patterns)
+
+
+def pull_files(model_path: str, dst: str, allow_pattern=None, ignore_pattern=None, *_ignored) -> list[str]:
+    """runai_model_streamer.pull_files through weightlift's engine (its S3/GCS
+    source, docs/s3.md): every object under the prefix `model_path`, recursively,
+    whose relative key (or base name) matches one of `allow_pattern` (all when
+    None) and none of `ignore_pattern`, written to dst/<relative key>
+    atomically. Returns the relative keys written."""
+    import os
+
+    from .. import _core
+
+    prefix = model_path.rstrip("/")
+    written = []
+
+    def walk(url: str, rel: str, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            return
+        for name, is_dir, _size in _core.env_list_dir(url):
+            key = f"{rel}/{name}" if rel else name
+            if is_dir:
+                walk(f"{url}/{name}", key, depth + 1)
+                continue
+            if allow_pattern is not None and not _matches(key, allow_pattern):
+                continue
+            if ignore_pattern and _matches(key, ignore_pattern):
+                continue
+            data = _core.env_read_file(f"{url}/{name}", _MAX_PULLED_FILE)
+            target = os.path.join(dst, *key.split("/"))
+            if os.path.commonpath([os.path.abspath(target), os.path.abspath(dst)]) != os.path.abspath(dst):
+                raise ValueError(f"{url}/{name}: key escapes the destination folder")
+            os.makedirs(os.path.dirname(target), exist_ok=True)
+            tmp = f"{target}.wl-partial-{os.getpid()}"
+            with open(tmp, "wb") as f:
+                f.write(data)
+            os.replace(tmp, target)
+            written.append(key)
+
+    walk(prefix, "", 0)
+    return written
+
+
+def install_config_pull() -> bool:
+    """Where runai-model-streamer is not installed, vLLM cannot fetch an
+    object-storage model's configs (its placeholder raises): hand vLLM's
+    ObjectStorageModel weightlift's pull_files instead. Idempotent; True when
+    installed."""
+    import importlib.util
+
+    if importlib.util.find_spec("runai_model_streamer") is not None:
+        return False  # vLLM's own way works
+    try:
+        import vllm.transformers_utils.runai_utils as ru
+    except ImportError:
+        return False
+    if getattr(ru, "runai_pull_files", None) is pull_files:
+        return True
+    if not hasattr(ru, "runai_pull_files"):
+        logger.warning("weightlift: vLLM's runai_utils has no runai_pull_files; object-storage configs are left "
+                       "to vLLM")
+        return False
+    ru.runai_pull_files = pull_files
+    return True
