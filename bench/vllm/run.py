@@ -9,9 +9,10 @@ Each run is a fresh `LLM(model, load_format=...)` (tests/vllm/llm_run.py) in
 its own process tree, ended as soon as every loading rank has loaded the
 model. Figures per run:
 
-  load s     vLLM's own "Loading weights took X seconds" (the weights iterator
-             and the model's load_weights; for weightlift also the straight-
-             into-parameters reads)
+  load s     the loader's load_weights(), timed alike for every format in the
+             loading process (bench/vllm/sitecustomize.py); beside it vLLM's
+             own "Loading weights took X seconds" where vLLM logs it
+             (DefaultModelLoader's formats and weightlift; not Run:ai's)
   model s    the whole model load: vLLM's BaseModelLoader.load_model (model
              creation, weights, process_weights_after_loading), timed in the
              loading process by bench/vllm/sitecustomize.py (vLLM's CPU runner
@@ -120,18 +121,21 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
     try:
         while True:
             text = open(log_path, errors="replace").read()
-            loads = re.findall(r"\[bench\] model load ([0-9.]+) s, peak RSS (\d+) bytes", text)
+            loads = re.findall(r"\[bench\] model load ([0-9.]+) s, load_weights ([0-9.]+) s, peak RSS (\d+) bytes",
+                               text)
             if len(loads) >= tp or proc.poll() is not None:
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{load_format}: vLLM did not load the model within {timeout} s")
             time.sleep(0.2)
-        weights = [float(x) for x in re.findall(r"Loading weights took ([0-9.]+) seconds", text)]
-        if len(loads) < tp or not weights:
+        vllm_says = [float(x) for x in re.findall(r"Loading weights took ([0-9.]+) seconds", text)]
+        if len(loads) < tp:
             why = ([ln for ln in text.splitlines() if re.search(r"Error|error|Exception", ln)] or text.splitlines())[-3:]
             raise RuntimeError(f"{load_format} tp={tp} on {model}: vLLM did not load it: " + " | ".join(why)[-400:])
-        out = {"load_seconds": max(weights), "model_seconds": max(float(s) for s, _ in loads),
-               "peak_rss_bytes": max(int(r) for _, r in loads)}
+        out = {"load_seconds": max(float(w) for _, w, _ in loads), "model_seconds": max(float(m) for m, _, _ in loads),
+               "peak_rss_bytes": max(int(r) for _, _, r in loads)}
+        if vllm_says:  # vLLM's own "Loading weights took" (DefaultModelLoader and ours; not Run:ai's)
+            out["vllm_loading_weights_seconds"] = max(vllm_says)
         ours = [json.load(open(os.path.join(stats_dir, f))) for f in sorted(os.listdir(stats_dir))
                 if f.endswith(".json")]
         if ours:  # weightlift's own figures per rank (bytes each way, seconds, O_DIRECT)
@@ -238,6 +242,8 @@ def main() -> None:
         cache, group, label = key.split("|")
         table.append({"cache": cache, "group": group, "format": label, "runs": len(rs),
                       "load_s": statistics.median(r["load_seconds"] for r in rs),
+                      "vllm_load_s": (statistics.median(r["vllm_loading_weights_seconds"] for r in rs)
+                                      if all("vllm_loading_weights_seconds" in r for r in rs) else None),
                       "model_s": statistics.median(r["model_seconds"] for r in rs),
                       "peak_rss_mib": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20})
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
@@ -249,9 +255,9 @@ def main() -> None:
 
 def print_table(table, skipped, model_bytes) -> None:
     print(f"\ncheckpoint: {model_bytes / 1e9:.2f} GB\n")
-    print("| cache | where | format | load s (vLLM) | vs best built-in | model load s (vLLM) | vs best built-in "
-          "| peak RSS MiB |")
-    print("|---|---|---|---:|---:|---:|---:|---:|")
+    print("| cache | where | format | load_weights s | vs best built-in | vLLM's \"Loading weights took\" s "
+          "| whole model load s | vs best built-in | peak RSS MiB |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
     for cache in ("hot", "cold"):
         for group in ("local", "s3", "tp2"):
             rows = [r for r in table if r["cache"] == cache and r["group"] == group]
@@ -263,8 +269,9 @@ def print_table(table, skipped, model_bytes) -> None:
             for r in sorted(rows, key=lambda r: (r["format"] == "weightlift", r["load_s"])):
                 rl = f"{r['load_s'] / best_load:.2f}x" if best_load else ""
                 rm = f"{r['model_s'] / best_model:.2f}x" if best_model else ""
-                print(f"| {cache} | {group} | {r['format']} | {r['load_s']:.2f} | {rl} | {r['model_s']:.2f} | {rm} "
-                      f"| {r['peak_rss_mib']:.0f} |")
+                vl = f"{r['vllm_load_s']:.2f}" if r.get("vllm_load_s") is not None else "-"
+                print(f"| {cache} | {group} | {r['format']} | {r['load_s']:.2f} | {rl} | {vl} | {r['model_s']:.2f} "
+                      f"| {rm} | {r['peak_rss_mib']:.0f} |")
     for key, why in skipped.items():
         print(f"\n{key}: not run: {why}")
 

@@ -294,3 +294,27 @@ def test_parameters_elsewhere_or_shared_are_left_to_the_model(tmp_path):
     odd.embed = odd.names["model.embed_tokens.weight"] = _param((VPAD // 2, H), torch.bfloat16, output_dim=0)
     plan = _direct.make_plan(odd, listed, 0, 2)
     assert "model.embed_tokens.weight" not in plan.placements
+
+
+def test_a_pytorch_bin_checkpoint_goes_the_same_way(tmp_path):
+    """vLLM's .bin fallback: the engine's PyTorch reader feeds the same plan (straight into the
+    parameters, stand-ins, the rest through the model)."""
+    st_dir = tmp_path / "st"
+    st_dir.mkdir()
+    files, tensors = _checkpoint(st_dir)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    names = sorted(tensors)
+    torch.save({n: tensors[n] for n in names[:6]}, bin_dir / "pytorch_model-00001-of-00002.bin")
+    torch.save({n: tensors[n] for n in names[6:]}, bin_dir / "pytorch_model-00002-of-00002.bin")
+    bins = sorted(str(p) for p in bin_dir.glob("*.bin"))
+    ref = Toy()
+    ref.load_weights(_plain(files))
+    ours = Toy()
+    plan, mat, _ = _via_plan(ours, bins, 0, 1)
+    a, b = _state(ref), _state(ours)
+    for n in a:
+        assert torch.equal(a[n].float(), b[n].float()), n
+    assert len(plan.placements) >= 8
+    loose, clashing = _direct.check_placements(plan, mat)
+    assert not loose and not clashing

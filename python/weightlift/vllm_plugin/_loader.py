@@ -125,8 +125,9 @@ class WeightliftModelLoader(DefaultModelLoader):
 
         is_local = os.path.isdir(model_name_or_path)
         if not is_local:
-            streaming = (fmt == "hf" and subfolder is None and allow_patterns_overrides is None
-                         and not self.load_config.ignore_patterns)
+            # vLLM's default ignore_patterns (["original/**/*"]) leave the
+            # repository's own weights alone; _hub_files checks its choice against them.
+            streaming = fmt == "hf" and subfolder is None and allow_patterns_overrides is None
             if streaming:
                 found = self._hub_files(model_name_or_path, revision)
                 if found is not None:
@@ -171,6 +172,15 @@ class WeightliftModelLoader(DefaultModelLoader):
             self._hub_sources[key] = source
         files = list(source.weight_files)
         if not files:
+            return None
+        ignore = self.load_config.ignore_patterns or []
+        if isinstance(ignore, str):
+            ignore = [ignore]
+        import fnmatch
+
+        rel = [os.path.relpath(f, source.folder) for f in files]
+        if any(fnmatch.fnmatch(r, p) for r in rel for p in ignore):
+            logger.info("%s: its weight files match ignore_patterns %s; downloading as vLLM does", repo, ignore)
             return None
         use_safetensors = all(f.endswith(".safetensors") for f in files)
         logger.info("Loading %s while it downloads (%d files, %d still arriving)", repo, len(files),
