@@ -127,7 +127,8 @@ def iterate(files: Iterable[str], *, desc: str = "", use_tqdm_on_load: bool = Fa
     rename: file -> the name to yield for its (single) tensor; raw_dtypes:
     as _tensors.to_torch; stats: filled with the engine's figures once the
     load completed. The bar (when `desc` is set and enable_tqdm allows):
-    bar_per "file" counts files begun, as the reference's iterators do;
+    bar_per "file" counts files done, a line at the start, one per file and
+    one at the close, as the reference's tqdm over its file list prints;
     "tensor" counts tensors, its total the engine's count once the load is
     planned; bar_options go to tqdm."""
     files = [os.fspath(f) for f in files]
@@ -145,17 +146,15 @@ def iterate(files: Iterable[str], *, desc: str = "", use_tqdm_on_load: bool = Fa
             if file not in seen:
                 seen.add(file)
                 drain_logs()
-                if per_file:
-                    bar.n = len(seen) - 1
-                    bar.refresh()
+                if per_file and len(seen) > 1:
+                    bar.update(1)  # the previous file is done: a line per file, as vLLM's tqdm over files
             if shown and not per_file:
                 if bar.total is None:
                     bar.total = stream.progress()["tensors_total"]
                 bar.update(1)
             yield (rename[file] if rename else name), to_torch(dtype, shape, data, name, file, raw_dtypes)
         if per_file:
-            bar.n = len(files)
-            bar.refresh()
+            bar.update(len(files) - max(len(seen) - 1, 0))
         if stats is not None:
             stats.update(stream.progress())
     finally:
