@@ -109,7 +109,7 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
     args = {"model": model, "load_format": load_format, "tp": tp, "out": os.devnull, "prompts": [],
             "env": env, "extra": extra, "safetensors_load_strategy": strategy, "stats_dir": stats_dir}
     e = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
-    e.update(PYTHONUNBUFFERED="1", VLLM_CPU_KVCACHE_SPACE=e.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+    e.update(PYTHONUNBUFFERED="1",
              PYTHONPATH=os.pathsep.join(p for p in (str(HERE), e.get("PYTHONPATH", "")) if p))  # sitecustomize.py
     if tp > 1:  # vLLM's CPU auto-binding wants a NUMA node per worker
         e.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -130,7 +130,8 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
             time.sleep(0.2)
         vllm_says = [float(x) for x in re.findall(r"Loading weights took ([0-9.]+) seconds", text)]
         if len(loads) < tp:
-            why = ([ln for ln in text.splitlines() if re.search(r"Error|error|Exception", ln)] or text.splitlines())[-3:]
+            lines = text.splitlines()
+            why = ([ln for ln in lines if re.search(r"Error|error|Exception", ln)] or lines)[-3:]
             raise RuntimeError(f"{load_format} tp={tp} on {model}: vLLM did not load it: " + " | ".join(why)[-400:])
         out = {"load_seconds": max(float(w) for _, w, _ in loads), "model_seconds": max(float(m) for m, _, _ in loads),
                "peak_rss_bytes": max(int(r) for _, _, r in loads)}

@@ -108,7 +108,6 @@ def run_llm(tmp: pathlib.Path, name: str, model, load_format: str, tp: int = 1, 
     args = {"model": str(model), "load_format": load_format, "tp": tp, "out": str(out), "prompts": prompts,
             "max_tokens": 8, "logprobs": 5, "stats_dir": str(stats_dir), "env": env or {}, "extra": extra}
     e = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # vLLM's default mode
-    e.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
     if tp > 1:  # vLLM's CPU auto-binding wants a NUMA node per worker; this machine has one
         e.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
     e["PYTHONUNBUFFERED"] = "1"

@@ -20,7 +20,7 @@ import time
 
 def main() -> None:
     args = json.loads(sys.argv[1])
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+    os.environ.setdefault("VLLM_CPU_CI_ENV", "1")  # no warm-up pass (seconds per start)
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "INFO")
     for k, v in (args.get("env") or {}).items():
         os.environ[k] = str(v)
@@ -32,7 +32,7 @@ def main() -> None:
     kw = dict(model=args["model"], load_format=args.get("load_format", "auto"),
               tensor_parallel_size=int(args.get("tp", 1)), skip_tokenizer_init=True, enforce_eager=True,
               max_model_len=int(args.get("max_model_len", 256)), dtype=args.get("dtype", "bfloat16"),
-              seed=0)
+              seed=0, kv_cache_memory_bytes=int(args.get("kv_cache_bytes", 128 << 20)))
     if args.get("extra"):
         kw["model_loader_extra_config"] = args["extra"]
     if args.get("safetensors_load_strategy"):

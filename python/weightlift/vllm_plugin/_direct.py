@@ -240,7 +240,7 @@ def make_plan(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.dtype, 
             continue
         sizes = []
         ok = True
-        for _, name, dtype, shape in parts:
+        for _, _name, dtype, shape in parts:
             if (dtype != data.dtype or len(shape) != data.dim() or shape[1:] != tuple(data.shape[1:])
                     or shape[0] % tp_size):
                 ok = False
@@ -257,7 +257,7 @@ def make_plan(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.dtype, 
     # The rest at TP > 1: tensors the model slices evenly along a parameter's
     # split dimension are read as this rank's shard only (into new memory).
     if tp_size > 1:
-        for name, (pname, dtype, shape) in whole.items():
+        for name, (pname, _dtype, shape) in whole.items():
             if name in plan.placements:
                 continue
             p = params[pname]
@@ -272,7 +272,7 @@ def make_plan(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.dtype, 
     return plan
 
 
-def check_placements(plan: Plan, materializer: "Materializer | None" = None) -> tuple[list[Placement], list[Placement]]:
+def check_placements(plan: Plan, materializer: Materializer | None = None) -> tuple[list[Placement], list[Placement]]:
     """After the model's load_weights: (loose, clashing) placements.
 
     A placement the model did not confirm was either rewritten by the model
@@ -365,7 +365,7 @@ def _same_memory(a: torch.Tensor, b: torch.Tensor) -> bool:
             and a.dtype == b.dtype and a.device == b.device)
 
 
-def _as_narrow(t: "PlannedTensor", index):
+def _as_narrow(t: PlannedTensor, index):
     """(dim, start, length) when `index` is t[...] selecting a step-1 range of
     one dimension (or everything); None otherwise."""
     if not isinstance(index, tuple):
@@ -458,10 +458,10 @@ class PlannedTensor(torch.Tensor):
                 return func(*args, **kwargs)
         self = args[0] if args else None
         if isinstance(self, PlannedTensor) and self._real is None:
-            if func in _NARROW and len(args) + len(kwargs) == 4:
-                dim, start, length = (list(args[1:]) + [kwargs.get(k) for k in ("dim", "start", "length")][len(args) - 1:])[:3]
-                if isinstance(start, int) and isinstance(length, int):
-                    r = self._narrowed(int(dim), start, length)
+            if func in _NARROW:
+                given = list(args[1:]) + [kwargs[k] for k in ("dim", "start", "length") if k in kwargs]
+                if len(given) == 3 and all(isinstance(v, int) for v in given):
+                    r = self._narrowed(*given)
                     if r is not None:
                         return r
             elif func is torch.Tensor.__getitem__ and len(args) == 2:

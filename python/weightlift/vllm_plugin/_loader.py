@@ -20,13 +20,11 @@ from collections.abc import Generator
 
 import torch
 from torch import nn
-
 from vllm.config import ModelConfig
 from vllm.config.load import LoadConfig
 from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
-from .. import _core
-from .. import _hub
+from .. import _core, _hub
 from .._engine import open_stream
 from .._engine import options as engine_options
 from .._tensors import TORCH_DTYPES, TORCH_TO_NAME, to_torch
@@ -96,9 +94,12 @@ class WeightliftModelLoader(DefaultModelLoader):
         load_format `auto`, or the `format` option), with the engine's sources:
         object-storage URLs listed by the engine, Hub repositories loaded while
         they download. Returns (folder, files, use_safetensors, index_file)."""
-        from weightlift.vllm_compat import (download_safetensors_index_file_from_hf, download_weights_from_hf,
-                                            filter_duplicate_safetensors_files,
-                                            filter_files_not_needed_for_inference)
+        from weightlift.vllm_compat import (
+            download_safetensors_index_file_from_hf,
+            download_weights_from_hf,
+            filter_duplicate_safetensors_files,
+            filter_files_not_needed_for_inference,
+        )
 
         model_name_or_path = _hub.maybe_download_from_modelscope(model_name_or_path, revision) or model_name_or_path
         fmt = self._format(model_name_or_path, revision)
@@ -257,8 +258,10 @@ class WeightliftModelLoader(DefaultModelLoader):
 
     def _filter_files(self, source, hf_folder, files, use_safetensors, index_file):
         """vLLM 0.32's shard filters (encoder-only models, unused weights)."""
-        from weightlift.vllm_compat import (filter_mm_encoder_only_safetensors_files,
-                                            filter_safetensors_files_by_weight_name)
+        from weightlift.vllm_compat import (
+            filter_mm_encoder_only_safetensors_files,
+            filter_safetensors_files_by_weight_name,
+        )
 
         if getattr(self, "_encoder_only_lm_prefixes", None) is not None and use_safetensors and files:
             files = filter_mm_encoder_only_safetensors_files(files, hf_folder, index_file,

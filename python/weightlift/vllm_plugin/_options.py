@@ -43,7 +43,7 @@ class Options:
     format: str = "auto"
 
     @classmethod
-    def parse(cls, extra: dict) -> tuple["Options", dict]:
+    def parse(cls, extra: dict) -> tuple[Options, dict]:
         """(our options, the keys left for DefaultModelLoader)."""
         if not isinstance(extra, dict):
             raise ValueError(f"model_loader_extra_config must be a dict for load format weightlift, "

@@ -14,8 +14,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from weightlift.vllm_compat import (DisabledTqdm, drop_checkpoint_cache, filter_mm_encoder_only_safetensors_files,
-                                    filter_safetensors_files_by_weight_name, resolve_mm_encoder_only_lm_prefixes)
+from weightlift.vllm_compat import (
+    DisabledTqdm,
+    drop_checkpoint_cache,
+    filter_mm_encoder_only_safetensors_files,
+    filter_safetensors_files_by_weight_name,
+    resolve_mm_encoder_only_lm_prefixes,
+)
 
 
 @dataclass
