@@ -131,7 +131,8 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
         vllm_says = [float(x) for x in re.findall(r"Loading weights took ([0-9.]+) seconds", text)]
         if len(loads) < tp:
             lines = text.splitlines()
-            why = ([ln for ln in lines if re.search(r"Error|error|Exception", ln)] or lines)[-3:]
+            why = ([ln for ln in lines if re.search(r"ModuleNotFoundError|ImportError|ValueError", ln)]
+                   or [ln for ln in lines if re.search(r"Error|error|Exception", ln)] or lines)[-3:]
             raise RuntimeError(f"{load_format} tp={tp} on {model}: vLLM did not load it: " + " | ".join(why)[-400:])
         out = {"load_seconds": max(float(w) for _, w, _ in loads), "model_seconds": max(float(m) for m, _, _ in loads),
                "peak_rss_bytes": max(int(r) for _, _, r in loads)}
@@ -181,7 +182,8 @@ def main() -> None:
     configs = []
     local = [("auto", "auto", None, None), ("safetensors prefetch", "safetensors", None, "prefetch"),
              ("runai_streamer", "runai_streamer", None, None), ("fastsafetensors", "fastsafetensors", None, None),
-             ("instanttensor", "instanttensor", None, None), ("weightlift", "weightlift", None, None)]
+             ("instanttensor", "instanttensor", None, None), ("weightlift", "weightlift", None, None),
+             ("weightlift (cpus: all)", "weightlift", {"cpus": "all"}, None)]
     if "local" in which:
         configs += [("local", lbl, str(folder), fmt, 1, {}, extra, strat, [folder]) for lbl, fmt, extra, strat in local]
     if "tp2" in which:
@@ -262,12 +264,12 @@ def print_table(table, skipped, model_bytes) -> None:
     for cache in ("hot", "cold"):
         for group in ("local", "s3", "tp2"):
             rows = [r for r in table if r["cache"] == cache and r["group"] == group]
-            builtin = [r for r in rows if r["format"] != "weightlift"]
+            builtin = [r for r in rows if not r["format"].startswith("weightlift")]
             if not rows:
                 continue
             best_load = min((r["load_s"] for r in builtin), default=None)
             best_model = min((r["model_s"] for r in builtin), default=None)
-            for r in sorted(rows, key=lambda r: (r["format"] == "weightlift", r["load_s"])):
+            for r in sorted(rows, key=lambda r: (r["format"].startswith("weightlift"), r["load_s"])):
                 rl = f"{r['load_s'] / best_load:.2f}x" if best_load else ""
                 rm = f"{r['model_s'] / best_model:.2f}x" if best_model else ""
                 vl = f"{r['vllm_load_s']:.2f}" if r.get("vllm_load_s") is not None else "-"

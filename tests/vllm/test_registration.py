@@ -52,12 +52,13 @@ def test_options_are_checked():
         return WeightliftModelLoader(LoadConfig(load_format="weightlift", model_loader_extra_config=extra))
 
     o = make({"strategy": "stream", "threads": 2, "max_memory": 1 << 28, "direct_io": "off", "distributed": False,
-              "into_params": False, "enable_weights_track": True}).options
-    assert (o.strategy, o.threads, o.max_memory, o.direct_io, o.distributed, o.into_params) == \
-        ("stream", 2, 1 << 28, "off", "off", False)
+              "into_params": False, "cpus": "all", "enable_weights_track": True}).options
+    assert (o.strategy, o.threads, o.max_memory, o.direct_io, o.distributed, o.into_params, o.cpus) == \
+        ("stream", 2, 1 << 28, "off", "off", False, "all")
     for bad, msg in (({"stratgy": "x"}, "Unexpected extra config keys"), ({"strategy": "fast"}, "strategy must be"),
                      ({"threads": -1}, "threads must be"), ({"direct_io": True}, "direct_io must be"),
-                     ({"into_params": "yes"}, "into_params must be"), ({"distributed": "maybe"}, "distributed")):
+                     ({"into_params": "yes"}, "into_params must be"), ({"distributed": "maybe"}, "distributed"),
+                     ({"cpus": "some"}, "cpus must be")):
         with pytest.raises(ValueError, match=msg):
             make(bad)
     # DefaultModelLoader still checks its own keys.

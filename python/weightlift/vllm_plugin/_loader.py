@@ -12,6 +12,7 @@ tensor-parallel group read the checkpoint once in total).
 """
 from __future__ import annotations
 
+import contextlib
 import glob
 import logging
 import os
@@ -336,7 +337,7 @@ class WeightliftModelLoader(DefaultModelLoader):
                           list(pl.shard_shape)) for n, pl in direct.items()]
                 rules = [r.replace(prefix, "", 1) if prefix else r for r in plan.shard_rules(direct)]
                 strategy = "stream" if opts.strategy == "auto" else opts.strategy
-                with torch.no_grad():
+                with torch.no_grad(), _cpus(opts.cpus):
                     s1 = _core.load_into(files, engine_options(strategy=strategy, shard_rules=rules or None,
                                                                **opts.engine(**common, **into_device)), items)
                 stats["direct_seconds"] = time.perf_counter() - t1
@@ -355,10 +356,11 @@ class WeightliftModelLoader(DefaultModelLoader):
                 rules = [r.replace(prefix, "", 1) if prefix else r
                          for r in plan.shard_rules(prefix + n for n in rest)]
                 strategy = opts.strategy
-                stream = open_stream(files, max_queued_bytes=max(opts.max_memory // 4, _LOOKAHEAD_BYTES),
-                                     ordered=collective is None, exclude=[unprefixed[n] for n in direct] or None,
-                                     strategy=strategy, order="name", file_views=collective is None,
-                                     shard_rules=rules or None, **opts.engine(**common))
+                with _cpus(opts.cpus):  # the stream's threads start here
+                    stream = open_stream(files, max_queued_bytes=max(opts.max_memory // 4, _LOOKAHEAD_BYTES),
+                                         ordered=collective is None, exclude=[unprefixed[n] for n in direct] or None,
+                                         strategy=strategy, order="name", file_views=collective is None,
+                                         shard_rules=rules or None, **opts.engine(**common))
                 try:
                     for name, file, dtype, shape, data in stream:
                         t = to_torch(dtype, shape, data, name, file)
@@ -401,6 +403,26 @@ class WeightliftModelLoader(DefaultModelLoader):
                 f"({names}), and their bytes overlap parameters it did take: the weights may be wrong. Load "
                 f"with --model-loader-extra-config '{{\"into_params\": false}}' and report the model at "
                 f"weightlift's issue tracker.")
+
+
+@contextlib.contextmanager
+def _cpus(which: str):
+    """The calling thread's CPU affinity for the duration of an engine call,
+    which the engine's threads (started from this thread) inherit: "all"
+    widens it to every CPU the cgroup allows; "inherit" leaves it."""
+    if which != "all" or not hasattr(os, "sched_setaffinity"):
+        yield
+        return
+    before = os.sched_getaffinity(0)
+    try:
+        os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the kernel keeps it within the cgroup's cpuset
+    except OSError:
+        yield
+        return
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
 
 
 def _nbytes(dtype: str, shape) -> int:

@@ -41,6 +41,12 @@ class Options:
     # vLLM's file selection, as `--load-format` would pick ("auto": *.safetensors,
     # else *.bin, else *.pt; mistral's consolidated files when present).
     format: str = "auto"
+    # CPUs the engine's I/O threads may run on during the load: "inherit" (the
+    # worker's binding; vLLM's CPU backend pins each worker to its compute
+    # cores) or "all" (every CPU this process's cgroup allows, for the load
+    # only: filling fresh parameter memory is CPU work, and the cores vLLM
+    # keeps for its engine core sit idle while the model loads).
+    cpus: str = "inherit"
 
     @classmethod
     def parse(cls, extra: dict) -> tuple[Options, dict]:
@@ -59,7 +65,8 @@ class Options:
             v = kw.get(k, 0)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"weightlift option {k} must be a non-negative integer, got {v!r}")
-        for k, allowed in (("strategy", _STRATEGIES), ("format", _FORMATS), ("direct_io", _TRISTATE)):
+        for k, allowed in (("strategy", _STRATEGIES), ("format", _FORMATS), ("direct_io", _TRISTATE),
+                           ("cpus", ("inherit", "all"))):
             v = kw.get(k, getattr(cls, k))
             if v not in allowed:
                 raise ValueError(f"weightlift option {k} must be one of {list(allowed)}, got {v!r}")
