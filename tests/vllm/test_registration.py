@@ -8,7 +8,7 @@ import os
 import re
 import subprocess
 import sys
-from importlib.metadata import entry_points
+from importlib.metadata import distribution, entry_points
 
 import pytest
 import torch
@@ -17,6 +17,13 @@ import torch
 def test_the_entry_point_is_installed_and_registers_the_format():
     eps = [ep for ep in entry_points(group="vllm.general_plugins") if ep.name == "weightlift"]
     assert [ep.value for ep in eps] == ["weightlift.vllm_plugin:register"]
+    # Installed as users install it (the wheel, or pip install of the checkout): the plug-in vLLM
+    # imports is the installed distribution's file, not a checkout put on sys.path.
+    import weightlift.vllm_plugin
+
+    dist = distribution("weightlift")
+    installed = {os.path.realpath(dist.locate_file(f)) for f in dist.files or []}
+    assert os.path.realpath(weightlift.vllm_plugin.__file__) in installed, weightlift.vllm_plugin.__file__
     # vLLM's own plug-in loading, as each of its processes runs it, twice (it must be idempotent).
     code = """
 import logging
@@ -29,7 +36,8 @@ load_general_plugins(); load_general_plugins()
 import weightlift.vllm_plugin as p; p.register()
 cls = _LOAD_FORMAT_TO_MODEL_LOADER["weightlift"]
 loader = get_model_loader(LoadConfig(load_format="weightlift", model_loader_extra_config={"threads": 4}))
-print("RESULT", type(loader).__name__, loader.options.threads, [type(h).__name__ for h in logging.getLogger("weightlift").handlers])
+handlers = [type(h).__name__ for h in logging.getLogger("weightlift").handlers]
+print("RESULT", type(loader).__name__, loader.options.threads, handlers)
 logging.getLogger("weightlift.vllm").info("a line from weightlift")
 logging.getLogger("weightlift.vllm").debug("not at vLLM's INFO level")
 """
@@ -161,25 +169,22 @@ def test_object_storage_configs_without_runai(s3_model, tmp_path):
     model's configs: the plug-in's pull_files (weightlift's S3 client) stands in for runai's, and
     pulls exactly what runai's pulls."""
     url, env = s3_model
-    from runai_model_streamer import pull_files as runai_pull
-
-    from weightlift.vllm_plugin._objstore import pull_files
-
     e = dict(os.environ, **env, RUNAI_STREAMER_S3_ENDPOINT=env["AWS_ENDPOINT_URL"])
+    # Both pulls, with both of vLLM's pattern sets, in one process (each interpreter start costs seconds).
+    pulls, calls = [], []
     for allow, ignore in ((["*.model", "*.py", "*.json"], None),
                           (None, ["*.pt", "*.safetensors", "*.bin", "*.tensors", "*.pth"])):
         theirs, ours = tmp_path / f"runai-{len(allow or [])}", tmp_path / f"ours-{len(allow or [])}"
-        code = (f"from runai_model_streamer import pull_files; "
-                f"pull_files({url!r}, {str(theirs)!r}, {allow!r}, {ignore!r})")
-        r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
-        code = (f"from weightlift.vllm_plugin._objstore import pull_files; "
-                f"pull_files({url!r}, {str(ours)!r}, {allow!r}, {ignore!r})")
-        r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
-        assert r.returncode == 0, r.stderr[-2000:]
+        pulls.append((theirs, ours))
+        calls += [f"runai({url!r}, {str(theirs)!r}, {allow!r}, {ignore!r})",
+                  f"ours({url!r}, {str(ours)!r}, {allow!r}, {ignore!r})"]
+    code = "; ".join(["from runai_model_streamer import pull_files as runai",
+                      "from weightlift.vllm_plugin._objstore import pull_files as ours", *calls])
+    r = subprocess.run([sys.executable, "-c", code], env=e, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    for theirs, ours in pulls:
         listing = lambda d: sorted((str(p.relative_to(d)), p.read_bytes()) for p in d.rglob("*") if p.is_file())  # noqa: E731
         assert listing(ours) == listing(theirs) and listing(ours)
-    del runai_pull, pull_files
     # vLLM itself, runai hidden: ModelConfig pulls the configs through the plug-in.
     code = f"""
 import sys
