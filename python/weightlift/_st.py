@@ -598,3 +598,21 @@ def _parse(data):
         return _core.parse_safetensors_bytes(data)
     except (ValueError, OSError) as e:
         raise _translate(e, "Error while deserializing: ") from None
+
+
+def _data_blocks(data, types: dict):
+    """The tensors of a safetensors file held in memory, over one writable copy of its data:
+    (copy, data start, [(name, framework dtype, dtype name, shape, begin, end)]); an unknown dtype
+    raises safetensors' "Dtype not understood"."""
+    _, tensors = _parse(data)
+    if not tensors:
+        return bytearray(), 0, []
+    base = tensors[0][3]
+    buf = bytearray(memoryview(data).cast("B")[base:tensors[-1][4]])
+    out = []
+    for name, dtype, shape, b, e in tensors:
+        dt = types.get(dtype)
+        if dt is None:
+            raise SafetensorError(f"Dtype not understood: {dtype}")
+        out.append((name, dt, dtype, shape, b, e))
+    return buf, base, out

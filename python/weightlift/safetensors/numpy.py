@@ -76,18 +76,9 @@ def save_file(tensor_dict: dict[str, np.ndarray], filename: str | os.PathLike,
 
 def load(data: bytes) -> dict[str, np.ndarray]:
     """Every array of a safetensors file held in memory (writable arrays over one copy of its data)."""
-    _, tensors = _st._parse(data)
-    if not tensors:
-        return {}
-    base = tensors[0][3]
-    buf = bytearray(memoryview(data).cast("B")[base:tensors[-1][4]])
-    out = {}
-    for name, dtype, shape, b, e in tensors:
-        dt = _TYPES.get(dtype)
-        if dt is None:
-            raise SafetensorError(f"Dtype not understood: {dtype}")
-        out[name] = np.frombuffer(buf, dtype=dt, count=(e - b) // np.dtype(dt).itemsize, offset=b - base).reshape(shape)
-    return out
+    buf, base, tensors = _st._data_blocks(data, _TYPES)
+    return {name: np.frombuffer(buf, dtype=dt, count=(e - b) // np.dtype(dt).itemsize, offset=b - base).reshape(shape)
+            for name, dt, _, shape, b, e in tensors}
 
 
 def load_file(filename: str | os.PathLike, *, backend: str = "mmap") -> dict[str, np.ndarray]:

@@ -260,16 +260,9 @@ def load_file(filename: str | os.PathLike, device: str | int = "cpu", *,
 
 def load(data: bytes) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file held in memory (CPU tensors over one copy of its data)."""
-    _, tensors = _st._parse(data)
-    if not tensors:
-        return {}
-    base = tensors[0][3]
-    buf = bytearray(memoryview(data).cast("B")[base:tensors[-1][4]])
+    buf, base, tensors = _st._data_blocks(data, {**_TYPES, "F4": _st._F4})
     out = {}
-    for name, dtype, shape, b, e in tensors:
-        dt = _TYPES.get(dtype) if dtype != "F4" else _st._F4
-        if dt is None:
-            raise SafetensorError(f"Dtype not understood: {dtype}")
+    for name, dt, dtype, shape, b, e in tensors:
         if dtype == "F4":
             shape = _st._f4_shape(shape)
         if b == e:
