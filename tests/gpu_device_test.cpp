@@ -5,8 +5,12 @@
 // names match *Stream* / *Concurren* also run under TSan (scripts/test).
 #include <gtest/gtest.h>
 
+#include <sys/sysmacros.h>
+
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <map>
 #include <regex>
 #include <set>
@@ -14,7 +18,9 @@
 
 #include "engine_test_util.h"
 #include "gpu/fake.h"
+#include "gpu/gds_platform.h"
 #include "gpu/ring.h"
+#include "io/posix_internal.h"
 #include "test_util.h"
 #include "weightlift/dummy.h"
 #include "weightlift/gpu.h"
@@ -28,6 +34,25 @@ using testing::TempDir;
 using testing::write_st;
 
 constexpr uint64_t kSlot = 64 << 10;  // small slots: tensors span several
+
+// Sets an environment variable for a scope.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old;
+    if (value) ::setenv(name, value, 1);
+    else ::unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (old_) ::setenv(name_, old_->c_str(), 1);
+    else ::unsetenv(name_);
+  }
+
+ private:
+  const char* name_;
+  std::optional<std::string> old_;
+};
+
 
 // Installs a fresh fake backend (4 slots of 64 KiB) for each test, and puts
 // the machine's own backend back afterwards.
@@ -114,11 +139,21 @@ TEST_F(FakeGpu, RingOptionsFromTheEnvironment) {
   EXPECT_EQ(o->slots, 3u);
   EXPECT_EQ(o->slot_bytes, uint64_t{128} << 10);
   ::setenv(gpu::kRingEnv, "lots", 1);
-  EXPECT_EQ(gpu::ring_options().status().message(), "WEIGHTLIFT_PINNED_RING='lots' (expected SLOTSxSIZE, e.g. 8x8MiB)");
+  EXPECT_EQ(gpu::ring_options().status().message(),
+            "WEIGHTLIFT_PINNED_RING='lots' (expected SLOTSxSIZE[xSTREAMS], e.g. 8x8MiB)");
+  ::setenv(gpu::kRingEnv, "32x8MiBx4", 1);
+  o = gpu::ring_options();
+  ASSERT_TRUE(o.ok()) << o.status().to_string();
+  EXPECT_EQ(o->slots, 32u);
+  EXPECT_EQ(o->streams, 4);
+  ::setenv(gpu::kRingEnv, "8x8MiBx9", 1);
+  EXPECT_NE(gpu::ring_options().status().message().find("9 copy streams is outside 1..8"), std::string::npos);
   ::setenv(gpu::kRingEnv, "100x1MiB", 1);
   EXPECT_NE(gpu::ring_options().status().message().find("100 slots is outside 2..64"), std::string::npos);
   ::unsetenv(gpu::kRingEnv);
-  EXPECT_EQ(gpu::ring_options()->slots, gpu::RingOptions{}.slots);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  EXPECT_EQ(gpu::ring_options()->slots,
+            gpu::machine_ring_options(std::thread::hardware_concurrency(), uint64_t(pages) * uint64_t(page)).slots);
 }
 
 // Fills a slot with a pattern, copies it to device memory at `dst`.
@@ -259,7 +294,8 @@ TEST_F(FakeGpu, StreamDeviceLoadsEqualHostLoadsForEveryStrategy) {
   host.strategy = Strategy::kLazy;
   auto want = load_all(files, host);
   ASSERT_TRUE(want.ok()) << want.status().to_string();
-  for (bool one : {true, false}) {
+  for (const char* source : {"slot", "mapped"}) for (bool one : {true, false}) {
+    ScopedEnv h2d("WEIGHTLIFT_H2D_SOURCE", source);  // both roads to the device
     for (const Variant& v : kVariants) {
       auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff, .one_allocation = one});
       ASSERT_TRUE(dest.ok()) << dest.status().to_string();
@@ -271,7 +307,7 @@ TEST_F(FakeGpu, StreamDeviceLoadsEqualHostLoadsForEveryStrategy) {
       LoadStats st;
       auto got = load_back(files, o, &st);
       ASSERT_TRUE(got.ok()) << v.name << ": " << got.status().to_string();
-      EXPECT_EQ(*got, *want) << v.name << " one_allocation=" << one;
+      EXPECT_EQ(*got, *want) << v.name << " one_allocation=" << one << " " << source;
       if (v.strategy == Strategy::kAuto) EXPECT_EQ(st.strategy, Strategy::kStream);
       EXPECT_GT((*dest)->allocated_bytes(), 0u);
     }
@@ -530,6 +566,328 @@ TEST_F(FakeGpu, StreamGdsNeedsALocalFile) {
   ASSERT_TRUE(load_back(files, o, &st).ok());
   EXPECT_FALSE(st.gds);
   EXPECT_NE((*dest)->gds_status().find("not a local file"), std::string::npos) << (*dest)->gds_status();
+}
+
+
+// ---- every strategy rides the ring ---------------------------------------------------------
+
+TEST_F(FakeGpu, StreamPerFileStrategiesToADeviceTakeTheStreamAndSaySo) {
+  install({.copy_delay = std::chrono::microseconds(50)});
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  auto want = load_all(files, {});
+  ASSERT_TRUE(want.ok());
+  for (Strategy s : {Strategy::kLazy, Strategy::kEager, Strategy::kThreads, Strategy::kPrefetch}) {
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+    ASSERT_TRUE(dest.ok());
+    LoadOptions o;
+    o.strategy = s;
+    o.threads = 4;
+    o.destination = dest->get();
+    std::vector<std::string> log;
+    o.log = [&](const std::string& l) { log.push_back(l); };
+    LoadStats st;
+    std::vector<uint64_t> order;
+    auto got = load_back(files, o, &st, &order);
+    ASSERT_TRUE(got.ok()) << strategy_name(s) << ": " << got.status().to_string();
+    EXPECT_EQ(*got, *want) << strategy_name(s);
+    EXPECT_EQ(st.strategy, Strategy::kStream) << strategy_name(s);
+    bool said = false;
+    for (auto& l : log) said |= l.find(std::string(strategy_name(s)) + ": the stream strategy instead") == 0;
+    EXPECT_TRUE(said) << strategy_name(s);
+    if (s != Strategy::kThreads)  // lazy, eager and prefetch keep their file order
+      for (size_t i = 0; i < order.size(); ++i) EXPECT_EQ(order[i], i) << strategy_name(s);
+  }
+  // WEIGHTLIFT_DEVICE_STRATEGY=asked: the strategy as asked (for A/B runs).
+  ScopedEnv asked("WEIGHTLIFT_DEVICE_STRATEGY", "asked");
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+  LoadOptions o;
+  o.strategy = Strategy::kLazy;
+  o.destination = dest->get();
+  LoadStats st;
+  auto got = load_back(files, o, &st);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, *want);
+  EXPECT_EQ(st.strategy, Strategy::kLazy);
+}
+
+// ---- copies straight out of the page cache (registered read-only) --------------------------
+
+TEST_F(FakeGpu, StreamMappedCopiesComeFromThePageCacheAndEqualTheHost) {
+  install({.copy_delay = std::chrono::microseconds(20)});
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  auto want = load_all(files, {});
+  ASSERT_TRUE(want.ok());
+  ScopedEnv mapped("WEIGHTLIFT_H2D_SOURCE", "mapped");
+  for (bool shards : {false, true}) {
+    LoadOptions host;
+    if (shards) {
+      host.tp_size = 2, host.tp_rank = 1;
+      host.shard_rules = {*parse_shard_rule("*.big:0"), *parse_shard_rule("*.rows:1"), *parse_shard_rule("c.wide:1")};
+    }
+    auto expect = load_all(files, host);
+    ASSERT_TRUE(expect.ok());
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+    LoadOptions o = host;
+    o.strategy = Strategy::kStream;
+    o.threads = 3;
+    o.block_size = 64 << 10;
+    o.destination = dest->get();
+    std::vector<std::string> log;
+    o.log = [&](const std::string& l) { log.push_back(l); };
+    LoadStats st;
+    auto got = load_back(files, o, &st);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(*got, *expect) << "shards " << shards;
+    EXPECT_TRUE(st.host_registered);
+    bool said = false;
+    for (auto& l : log) said |= l.find("copies straight out of the page cache") != std::string::npos;
+    EXPECT_TRUE(said);
+  }
+  EXPECT_GT(stats().registered_async_copies.load(), 0u);
+  EXPECT_EQ(stats().pageable_async_copies.load(), 0u);  // never an unregistered host source
+  EXPECT_EQ(stats().slot_overwrites.load(), 0u);
+  EXPECT_EQ(stats().host_registers.load(), stats().host_unregisters.load());  // every segment undone
+  EXPECT_EQ(stats().host_registered_live.load(), 0);
+  EXPECT_EQ((*gpu::backend().ring())->free_slots(), 4u);
+}
+
+TEST_F(FakeGpu, StreamMappedRefusedFallsBackToTheRing) {
+  for (bool attribute : {true, false}) {
+    install({.host_register = !attribute ? false : true, .host_register_fails = attribute});
+    TempDir dir;
+    auto files = make_checkpoint(dir);
+    auto want = load_all(files, {});
+    ScopedEnv mapped("WEIGHTLIFT_H2D_SOURCE", "mapped");
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+    LoadOptions o;
+    o.strategy = Strategy::kStream;
+    o.destination = dest->get();
+    std::vector<std::string> log;
+    o.log = [&](const std::string& l) { log.push_back(l); };
+    auto got = load_back(files, o);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(*got, *want);
+    EXPECT_EQ(stats().registered_async_copies.load(), 0u);
+    EXPECT_GT(stats().async_copies.load(), 0u);  // through the slots
+    bool said = false;
+    for (auto& l : log)
+      said |= l.find(attribute ? "registering the page cache for DMA failed" : "cannot register host memory") !=
+              std::string::npos;
+    EXPECT_TRUE(said) << attribute;
+  }
+}
+
+TEST_F(FakeGpu, StreamMappedAutoOnlyForAHotCheckpointOnFewCores) {
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  testing::CountingEnv env;
+  for (double cached : {1.0, 0.2}) {
+    env.cached = cached;
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+    LoadOptions o;
+    o.env = &env;
+    o.strategy = Strategy::kStream;
+    o.direct = Toggle::kOff;
+    o.destination = dest->get();
+    LoadStats st;
+    ASSERT_TRUE(load_back(files, o, &st).ok());
+    const bool few_cores = std::thread::hardware_concurrency() < 8;
+    EXPECT_EQ(st.host_registered, few_cores && cached == 1.0) << cached;
+  }
+  ScopedEnv bad("WEIGHTLIFT_H2D_SOURCE", "sometimes");
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+  LoadOptions o;
+  o.strategy = Strategy::kStream;
+  o.direct = Toggle::kOff;
+  o.destination = dest->get();
+  auto r = load_back(files, o);
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("WEIGHTLIFT_H2D_SOURCE='sometimes'"), std::string::npos);
+}
+
+// ---- GPUDirect Storage only where it can read GPU-direct -----------------------------------
+
+TEST(GdsPlatform, MountinfoSysfsAndCufileJson) {
+  const std::string mi =
+      "22 1 259:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
+      "30 22 0:26 / /dev/shm rw shared:4 - tmpfs tmpfs rw\n"
+      "41 22 252:1 / /data rw - xfs /dev/vda1 rw\n"
+      "50 22 0:51 / /mnt/weka rw - wekafs default rw\n";
+  EXPECT_EQ(gpu::fs_type_in_mountinfo(mi, makedev(259, 2)), "ext4");
+  EXPECT_EQ(gpu::fs_type_in_mountinfo(mi, makedev(0, 26)), "tmpfs");
+  EXPECT_EQ(gpu::fs_type_in_mountinfo(mi, makedev(252, 1)), "xfs");
+  EXPECT_EQ(gpu::fs_type_in_mountinfo(mi, makedev(0, 51)), "wekafs");
+  EXPECT_EQ(gpu::fs_type_in_mountinfo(mi, makedev(8, 1)), "");
+  EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/pci0000:00/0000:00:04.0/nvme/nvme0/nvme0n1/nvme0n1p2"), "nvme");
+  EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/pci0000:00/0000:00:05.0/virtio2/block/vda/vda1"), "virtio");
+  EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block/sda"),
+            "scsi");
+  EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/virtual/block/md0"), "md");
+  EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/virtual/block/dm-3"), "dm");
+  EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/virtual/block/loop7"), "loop");
+  EXPECT_TRUE(gpu::cufile_json_enables_p2pdma(
+      "{\n // \"use_pci_p2pdma\": false,\n \"properties\": { \"use_pci_p2pdma\" : true, \"url\": \"http://x\" }\n}"));
+  EXPECT_FALSE(gpu::cufile_json_enables_p2pdma("{\n // \"use_pci_p2pdma\": true,\n \"properties\": {}\n}"));
+  EXPECT_FALSE(gpu::cufile_json_enables_p2pdma("{\"properties\": {\"use_pci_p2pdma\": false}}"));
+  EXPECT_FALSE(gpu::cufile_json_enables_p2pdma(""));
+  // This machine's own facts: a temporary file's filesystem is found.
+  TempDir dir;
+  write_st(dir.file("x.safetensors"), {{"x", make_f32({4}, 1)}});
+  auto f = Env::Default()->open(dir.file("x.safetensors"), {.mode = FileMode::kPread});
+  ASSERT_TRUE(f.ok());
+  gpu::GdsPlatform p = gpu::probe_platform(io::posix_fd(**f, false));
+  EXPECT_NE(p.fs_type, "") << "mountinfo has no line for the temporary directory's filesystem";
+  EXPECT_NE(p.fs_id, 0u);
+}
+
+TEST(GdsPlatform, RulesBeforeAndAfterOpeningCufile) {
+  using P = gpu::GdsPlatform;
+  struct Row {
+    P p;
+    const char* refusal;  // "" = may read GPU-direct
+  };
+  const Row rows[] = {
+      {{1, "ext4", "nvme", true, false}, ""},
+      {{1, "xfs", "nvme", false, true}, ""},  // P2PDMA mode: no nvidia-fs needed on NVMe
+      {{1, "ext4", "virtio", true, false}, "GPUDirect Storage reads ext4 only from NVMe disks, and this one is virtio"},
+      {{1, "ext4", "md over scsi", true, false}, "this one is md over scsi"},
+      {{1, "ext4", "nvme", false, false}, "the nvidia-fs kernel driver is not loaded"},
+      {{1, "nfs4", "", true, false}, ""},
+      {{1, "lustre", "", false, true}, "the nvidia-fs kernel driver is not loaded"},  // P2PDMA serves NVMe only
+      {{1, "tmpfs", "", true, false}, "GPUDirect Storage does not read from tmpfs"},
+      {{1, "overlay", "", true, false}, "GPUDirect Storage does not read from overlay"},
+      {{1, "", "", true, false}, "the file's filesystem could not be identified"},
+  };
+  for (const Row& r : rows) {
+    std::string why = gpu::platform_refusal(r.p);
+    if (*r.refusal == 0) EXPECT_EQ(why, "") << r.p.fs_type << " " << r.p.disk;
+    else EXPECT_NE(why.find(r.refusal), std::string::npos) << why;
+  }
+  WlCuFileDrvProps props{};
+  const P nvme{1, "ext4", "nvme", true, false}, nfs{1, "nfs", "", true, false};
+  EXPECT_NE(gpu::properties_refusal(props, nvme).find("compatibility mode only"), std::string::npos);
+  props.nvfs.major_version = 2;
+  EXPECT_NE(gpu::properties_refusal(props, nvme).find("cuFile does not read ext4 GPU-direct"), std::string::npos);
+  props.nvfs.dstatusflags = 1u << kCuFileNvmeSupported;
+  EXPECT_EQ(gpu::properties_refusal(props, nvme), "");
+  EXPECT_NE(gpu::properties_refusal(props, nfs).find("cuFile does not read nfs"), std::string::npos);
+  props = {};
+  props.nvfs.dstatusflags = 1u << kCuFileNvmeP2pSupported;  // no nvidia-fs, P2PDMA
+  EXPECT_EQ(gpu::properties_refusal(props, nvme), "");
+}
+
+TEST_F(FakeGpu, StreamGdsAutoWhereThePlatformCannotNeverOpensCufile) {
+  gpu::GdsPlatform virtio{0, "ext4", "virtio", false, false};
+  install({.platform = virtio});
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  auto want = load_all(files, {});
+  for (int round = 0; round < 2; ++round) {
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kAuto});
+    LoadOptions o;
+    o.destination = dest->get();
+    std::vector<std::string> log;
+    o.log = [&](const std::string& l) { log.push_back(l); };
+    LoadStats st;
+    auto got = load_back(files, o, &st);
+    ASSERT_TRUE(got.ok()) << got.status().to_string();
+    EXPECT_EQ(*got, *want);
+    EXPECT_FALSE(st.gds);
+    EXPECT_NE((*dest)->gds_status().find("reads ext4 only from NVMe disks, and this one is virtio (cuFile not opened)"),
+              std::string::npos)
+        << (*dest)->gds_status();
+  }
+  EXPECT_EQ(stats().cufile_opens.load(), 0u);     // the fixed cost of cuFileDriverOpen never paid
+  EXPECT_EQ(stats().platform_probes.load(), 1u);  // decided once for the filesystem
+  EXPECT_GT(gpu::process_costs().gds_probe_ms, 0.0);
+  // gds=on asks cuFile alone (the fake's accepts the file): the caller insists.
+  auto on = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOn});
+  LoadOptions o;
+  o.destination = on->get();
+  LoadStats st;
+  ASSERT_TRUE(load_back(files, o, &st).ok());
+  EXPECT_TRUE(st.gds);
+  // WEIGHTLIFT_GDS_AUTO=cufile: auto trusts cuFile as before the platform checks (A/B runs).
+  ScopedEnv trust("WEIGHTLIFT_GDS_AUTO", "cufile");
+  auto aut = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kAuto});
+  o.destination = aut->get();
+  ASSERT_TRUE(load_back(files, o, &st).ok());
+  EXPECT_TRUE(st.gds);
+}
+
+TEST_F(FakeGpu, StreamGdsAutoRefusesCufilesCompatibilityMode) {
+  install({.cufile_compat_only = true});
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  auto want = load_all(files, {});
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kAuto});
+  LoadOptions o;
+  o.destination = dest->get();
+  LoadStats st;
+  auto got = load_back(files, o, &st);
+  ASSERT_TRUE(got.ok());
+  EXPECT_EQ(*got, *want);
+  EXPECT_FALSE(st.gds);
+  EXPECT_NE((*dest)->gds_status().find("compatibility mode only"), std::string::npos) << (*dest)->gds_status();
+  EXPECT_EQ(stats().cufile_opens.load(), 1u);
+  EXPECT_EQ(stats().cufile_reads.load(), 0u);
+  // The default fake platform and driver read GPU-direct: auto keeps choosing GDS there.
+  install({});
+  auto again = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kAuto});
+  o.destination = again->get();
+  ASSERT_TRUE(load_back(files, o, &st).ok());
+  EXPECT_TRUE(st.gds);
+  EXPECT_GT(stats().cufile_reads.load(), 0u);
+}
+
+// ---- what a process pays once --------------------------------------------------------------
+
+TEST_F(FakeGpu, WarmUpMakesTheRingAndCopierAheadOfTheFirstLoad) {
+  gpu::fake::install({});  // no ring options set: the machine's ring
+  EXPECT_FALSE(gpu::backend().ring_created());
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0});  // takes no ring yet
+  ASSERT_TRUE(dest.ok());
+  EXPECT_FALSE(gpu::backend().ring_created());
+  gpu::warm_up({DeviceKind::kCuda, 0});
+  gpu::wait_warm_up();
+  EXPECT_TRUE(gpu::backend().ring_created());
+  gpu::ProcessCosts c = gpu::process_costs();
+  EXPECT_TRUE(c.warm_up);
+  EXPECT_GT(c.ring_ms, 0.0);
+  EXPECT_GT(c.copier_ms, 0.0);
+  auto o = gpu::ring_options();
+  EXPECT_EQ(c.ring_bytes, uint64_t{o->slots} * o->slot_bytes);
+  EXPECT_NE(c.to_string().find("ring "), std::string::npos) << c.to_string();
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  LoadOptions lo;
+  lo.destination = dest->get();
+  ASSERT_TRUE(load_back(files, lo).ok());
+  EXPECT_GT(gpu::process_costs().first_allocation_ms, 0.0);
+  // WEIGHTLIFT_GPU_WARMUP=0: nothing starts.
+  gpu::fake::install({});
+  ScopedEnv off("WEIGHTLIFT_GPU_WARMUP", "0");
+  gpu::warm_up({DeviceKind::kCuda, 0});
+  gpu::wait_warm_up();
+  EXPECT_FALSE(gpu::backend().ring_created());
+}
+
+TEST(GpuRing, MachineRingFollowsCoresAndMemory) {
+  auto r = gpu::machine_ring_options(2, uint64_t{24} << 30);
+  EXPECT_EQ(r.slots, 8u);
+  EXPECT_EQ(r.slot_bytes, uint64_t{8} << 20);
+  r = gpu::machine_ring_options(16, uint64_t{128} << 30);  // the H200 machine: 32 x 8 MiB
+  EXPECT_EQ(r.slots, 32u);
+  EXPECT_EQ(r.slot_bytes, uint64_t{8} << 20);
+  r = gpu::machine_ring_options(64, uint64_t{1} << 40);
+  EXPECT_EQ(r.slots, 64u);
+  r = gpu::machine_ring_options(16, uint64_t{4} << 30);  // 64 MiB at most: 8 slots of 8 MiB
+  EXPECT_EQ(r.slots * r.slot_bytes, uint64_t{64} << 20);
+  r = gpu::machine_ring_options(16, uint64_t{1} << 30);  // 16 MiB at most: 8 slots of 2 MiB
+  EXPECT_EQ(r.slots, 8u);
+  EXPECT_EQ(r.slot_bytes, uint64_t{2} << 20);
 }
 
 // ---- odds and ends -----------------------------------------------------------------------------

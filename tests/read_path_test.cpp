@@ -56,6 +56,7 @@ struct Row {
   const char* log = nullptr;
   bool warn = false;
   Code error = Code::kOk;  // or the error instead of a path
+  bool ordered = false;    // tensors handed over in checkpoint order
 };
 
 ReadRequest local(Strategy s, bool views = false) {
@@ -110,6 +111,23 @@ std::vector<Row> rows() {
     t.push_back({"auto with a fact missing: lazy, the reason logged", local(Strategy::kAuto), missing,
                  Strategy::kLazy, false, false, false, 0, "auto: lazy (a.safetensors: no such file)"});
   }
+  // ---- a per-file strategy into device memory ----
+  auto into_device = [](Strategy s) {
+    return with(local(s), [](auto& r) { r.dest = DestKind::kDevice, r.device = kCuda0, r.direct = Toggle::kOff; });
+  };
+  for (Strategy s : {Strategy::kLazy, Strategy::kEager, Strategy::kPrefetch})
+    t.push_back({"lazy / eager / prefetch into device memory: the stream, in file order", into_device(s), {},
+                 Strategy::kStream, false, false, false, 0, "the stream strategy instead (a cuda:0 destination",
+                 false, Code::kOk, true});
+  t.push_back({"threads into device memory: the stream, in any order", into_device(Strategy::kThreads), {},
+               Strategy::kStream, false, false, false, 0, "threads: the stream strategy instead"});
+  t.push_back({"a per-file strategy into device memory keeps GDS",
+               with(into_device(Strategy::kLazy), [](auto& r) { r.gds = Toggle::kAuto; }), {}, Strategy::kStream,
+               false, false, true, 0, "GPUDirect Storage (cuFile) reads into device memory", false, Code::kOk, true});
+  t.push_back({"a per-file strategy into device memory as asked (WEIGHTLIFT_DEVICE_STRATEGY=asked)",
+               with(into_device(Strategy::kEager), [](auto& r) { r.device_as_asked = true; }), {}, Strategy::kEager});
+  t.push_back({"a per-file strategy into pinned memory runs as asked",
+               with(local(Strategy::kLazy), [](auto& r) { r.dest = DestKind::kPinned; }), {}, Strategy::kLazy});
   // ---- prefetch asked for ----
   {
     Facts small;
@@ -199,7 +217,8 @@ std::vector<Row> rows() {
                with(local(Strategy::kStream), [](auto& r) { r.gds = Toggle::kOn, r.direct = Toggle::kOff; }), {},
                Strategy::kStream});
   t.push_back({"GDS only for the stream strategy",
-               with(device_stream(Toggle::kOn), [](auto& r) { r.strategy = Strategy::kLazy; }), {}, Strategy::kLazy});
+               with(device_stream(Toggle::kOn), [](auto& r) { r.strategy = Strategy::kLazy, r.device_as_asked = true; }),
+               {}, Strategy::kLazy});
   return t;
 }
 // clang-format on
@@ -222,6 +241,7 @@ TEST(ReadPath, EveryRule) {
     EXPECT_EQ(p->gds, row.gds);
     EXPECT_EQ(p->max_memory, row.max_memory);
     EXPECT_EQ(p->warn, row.warn);
+    EXPECT_EQ(p->ordered, row.ordered);
     if (row.log) {
       bool found = false;
       for (const auto& l : p->log) found |= l.find(row.log) != std::string::npos;

@@ -153,6 +153,9 @@ int run_load(const LoadArgs& a) {
 
   auto device = parse_device(a.device);
   if (!device.ok()) return usage_error(device.status().message());
+  // Context, pinned ring and copier on a background thread while the files
+  // are resolved and planned (what the first device load of a process pays).
+  if (!a.dummy) gpu::warm_up(*device);
   auto gds = toggle_from_name(a.gds);
   if (!gds) return usage_error(fmt::format("bad --gds '{}' (expected auto, on or off)", a.gds));
   if (a.dummy && device->kind != DeviceKind::kCpu) return usage_error("--dummy fills host memory; drop --device");
@@ -263,7 +266,10 @@ int run_load(const LoadArgs& a) {
   for (auto& [_, line] : rows) std::fwrite(line.data(), 1, line.size(), stdout);
   double gbps = r->seconds > 0 ? static_cast<double>(r->bytes) / r->seconds / 1e9 : 0.0;
   std::string strat = a.dummy ? std::string("dummy") : std::string(strategy_name(r->strategy));
-  if (r->strategy == Strategy::kStream) strat += r->gds ? " (GDS)" : r->direct_io ? " (O_DIRECT)" : " (buffered)";
+  if (r->strategy == Strategy::kStream)
+    strat += r->gds ? " (GDS)" : r->direct_io ? " (O_DIRECT)" : r->host_registered ? " (page cache, registered)" : " (buffered)";
+  if (device->kind == DeviceKind::kCuda && *strategy != Strategy::kAuto && *strategy != r->strategy)
+    strat += fmt::format(" (asked: {}; a device load streams)", strategy_name(*strategy));
   if (world)
     strat += fmt::format(" (distributed, rank {} of {}, received {} bytes)", world->rank(), world->world_size(),
                          r->bytes_exchanged);
@@ -278,6 +284,7 @@ int run_load(const LoadArgs& a) {
                r->seconds, gbps, strat.c_str(), where.c_str(), static_cast<double>(peak_rss_bytes()) / (1 << 20),
                static_cast<unsigned long long>(r->bytes_read), static_cast<unsigned long long>(r->skipped_tensors),
                static_cast<unsigned long long>(storage_read_bytes() - storage_before));
+  if (dest && a.verbose) std::fprintf(stderr, "gpu: once per process: %s\n", gpu::process_costs().to_string().c_str());
   return 0;
 }
 

@@ -61,6 +61,14 @@ struct UploadCopy {
   uint64_t size = 0;
 };
 
+// One copy out of host memory registered with Uploader::register_host():
+// bytes [src, src+size) into dst (device memory).
+struct HostCopy {
+  const std::byte* src = nullptr;
+  std::byte* dst = nullptr;
+  uint64_t size = 0;
+};
+
 // Moves bytes from pinned staging memory into device memory asynchronously:
 // a ring of a few slots allocated once per process and reused (never sized by
 // the largest tensor), copies on two or more streams, an event per slot that
@@ -84,6 +92,30 @@ class Uploader {
   virtual Status flush() = 0;
   // Wakes every acquire() with kCancelled; in-flight copies still complete.
   virtual void cancel() = 0;
+  // Slots in the ring (0: unknown); the engine sizes its readers by it.
+  virtual uint32_t slot_count() const { return 0; }
+
+  // Copies without the staging copy, out of host memory the caller keeps
+  // mapped and unchanged (a hot file's page cache, mapped read-only): the
+  // memory is registered for DMA (page-locked, read-only) and copied from in
+  // place. host_copies(): whether this uploader and device can (then
+  // register_host may still be refused, kUnimplemented, and the caller
+  // stages through the slots instead).
+  virtual bool host_copies() const { return false; }
+  // Registers [p, p+n) (p page-aligned; n rounded up to pages). Ranges
+  // registered must not overlap. Thread-safe.
+  virtual Status register_host(const std::byte* p, uint64_t n) {
+    (void)p, (void)n;
+    return Status::Unimplemented("this uploader copies from its own slots only");
+  }
+  // Undoes register_host(p), once no copy out of it is in flight.
+  virtual void unregister_host(const std::byte* p) { (void)p; }
+  // Queues copies out of registered host memory; `done` runs once they
+  // completed (as submit()). On an error return `done` is not called.
+  virtual Status submit_host(std::span<const HostCopy> copies, std::function<void(Status)> done) {
+    (void)copies, (void)done;
+    return Status::Unimplemented("this uploader copies from its own slots only");
+  }
 
   // GPUDirect Storage (gpu.h). The wish for it (the destination's option;
   // kOff for an uploader without direct reads), which choose() weighs.

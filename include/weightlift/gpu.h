@@ -76,6 +76,37 @@ struct MemoryInfo {
 };
 Result<MemoryInfo> memory_info(int device);
 
+// ---- what a process pays once ----------------------------------------------------
+
+// The one-time work behind the first device load of a process, in
+// milliseconds (0: not done, or not needed). Reported by `load --verbose`,
+// Python's gpu_process_costs() and bench/gpu.
+struct ProcessCosts {
+  double detect_ms = 0;   // the function table: libcuda and cuInit, the runtime (/proc/self/maps, dlopen)
+  double kernels_ms = 0;  // dlopen of libweightlift_cuda.so (dummy weights, or the runtime it carries)
+  double context_ms = 0;  // the devices' primary contexts (none here when torch made them first)
+  double ring_ms = 0;     // cudaHostAlloc of the pinned ring (its pages are resident: no first touch)
+  uint64_t ring_bytes = 0;
+  double copier_ms = 0;      // copy streams, their events and the completion thread
+  double gds_probe_ms = 0;   // GPUDirect Storage's platform checks (/proc, /sys), per filesystem
+  double cufile_ms = 0;      // dlopen of libcufile and cuFileDriverOpen: only where GDS can work
+  double first_allocation_ms = 0;  // the first load's device allocation (cudaMalloc of its arena)
+  bool warm_up = false;      // detection, context, ring and copier ran on warm_up()'s thread
+  // "detect 3.1 ms, context 210.0 ms, ring 256 MiB 18.2 ms, ..." (parts not paid are left out).
+  std::string to_string() const;
+};
+ProcessCosts process_costs();
+
+// Starts, on a background thread, what the first load to `device` would pay
+// (detection, its context, the ring, its copier), so that it overlaps the
+// caller's own start-up (argument parsing, planning, Python); returns at
+// once. The first call per process does it, later ones nothing; a load
+// that needs the ring meanwhile waits for it. No-op for the CPU, without a
+// device, or with WEIGHTLIFT_GPU_WARMUP=0.
+void warm_up(Device device);
+// Waits for warm_up()'s thread (tests).
+void wait_warm_up();
+
 // ---- the staging ring ---------------------------------------------------------
 
 struct RingOptions {
@@ -83,11 +114,14 @@ struct RingOptions {
   uint64_t slot_bytes = uint64_t{8} << 20;  // 64 KiB..256 MiB, a multiple of 4096
   int streams = 2;                       // copy streams per device, 1..8
 };
-// "SLOTSxSIZE", e.g. "8x8MiB": read when the ring is created.
+// "SLOTSxSIZE[xSTREAMS]", e.g. "8x8MiB" or "32x8MiBx2": read when the ring is created.
 inline constexpr const char* kRingEnv = "WEIGHTLIFT_PINNED_RING";
+// The ring this machine gets by default: 8 MiB slots, two per core up to 64
+// (at least 8), at most 1/64 of the physical memory; 2 streams.
+RingOptions machine_ring_options(unsigned cores, uint64_t memory_bytes);
 // The options the ring has (or will be created with): set_ring_options(),
-// else $WEIGHTLIFT_PINNED_RING, else the defaults above. A bad variable is
-// kInvalidArgument naming it.
+// else $WEIGHTLIFT_PINNED_RING, else machine_ring_options() of this machine.
+// A bad variable is kInvalidArgument naming it.
 Result<RingOptions> ring_options();
 // Sets the options before the ring exists; kInvalidArgument for values out of
 // range or once the ring has been created.

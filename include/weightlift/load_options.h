@@ -72,8 +72,10 @@ struct LoadOptions {
   // engine's choosing (it may then share one buffer between the tensors of a
   // file: eager, threads; of a load: distributed). Every strategy honours it; the engine calls its
   // reserve() with every planned tensor before the first allocate(). With a
-  // device destination (gpu.h) `auto` runs the stream strategy, the one that
-  // overlaps reads with copies and uses GPUDirect Storage.
+  // device destination (gpu.h) every strategy runs as the stream strategy,
+  // the one that overlaps reads with copies and uses GPUDirect Storage (lazy,
+  // eager and prefetch keep their file order through `ordered`; `log` says
+  // so; WEIGHTLIFT_DEVICE_STRATEGY=asked runs the strategy as asked).
   Destination* destination = nullptr;
   // The sink sees tensors in checkpoint order (LoadedTensor::ordinal 0, 1,
   // ...) whatever the strategy: a tensor finished early waits until its
@@ -132,6 +134,7 @@ struct LoadStats {
   Strategy strategy = Strategy::kLazy;  // what ran (auto resolves to stream, prefetch or lazy)
   bool direct_io = false;               // stream used O_DIRECT
   bool gds = false;                     // stream read into device memory with GPUDirect Storage
+  bool host_registered = false;         // stream copied to the device straight out of the page cache
   // Distributed: bytes this rank received from the others over the
   // collective (their exchange blocks, padding included).
   uint64_t bytes_exchanged = 0;

@@ -71,6 +71,9 @@ struct ReadRequest {
   Toggle gds = Toggle::kOff;      // GPUDirect Storage (the destination's option)
   bool file_views = false;        // LoadOptions::file_views
   uint64_t max_memory = 0;        // LoadOptions::max_memory
+  // A per-file strategy into device memory runs as asked, not as the stream
+  // (WEIGHTLIFT_DEVICE_STRATEGY=asked, for A/B runs; read_request() reads it).
+  bool device_as_asked = false;
 };
 
 struct ReadPath {
@@ -80,6 +83,7 @@ struct ReadPath {
   bool gds = false;                     // the stream strategy reads into device memory with cuFile
   std::string gds_off;                  // why not, when it was considered ("gds=off", cuFile's refusal)
   uint64_t max_memory = 0;              // the stream's memory cap (0: none)
+  bool ordered = false;                 // tensors handed over in checkpoint order (LoadOptions::ordered)
   // Lines for LoadOptions::log, in the order the rules fired; `warn` when one
   // is a warning (a prefetch that may not fit in memory).
   std::vector<std::string> log;
@@ -144,6 +148,11 @@ class GivenFacts final : public ReadFacts {
 //                     prefetch rule (decide_prefetch: prefetch on a network
 //                     filesystem when the checkpoint fits in 90% of the
 //                     available RAM, else lazy; lazy when a fact is missing)
+//   device            lazy / eager / threads / prefetch into device memory:
+//                     the stream strategy instead (it overlaps reads with
+//                     copies; the others stage one tensor at a time through
+//                     the pinned ring), lazy / eager / prefetch keeping their
+//                     file order (ordered); as asked with device_as_asked
 //   prefetch          the prefetch rule's facts and warning (local files)
 //   file views        only into host memory of the engine's choosing, never
 //                     for the stream strategy

@@ -89,6 +89,9 @@ const WlCudaApi kApi = {
         [](int* v) { return rc(cudaRuntimeGetVersion(v)); },
         [] { return rc(cudaGetLastError()); },
         [](int e) { return cudaGetErrorString(static_cast<cudaError_t>(e)); },
+        [](void* p, size_t n, unsigned f) { return rc(cudaHostRegister(p, n, f)); },
+        [](void* p) { return rc(cudaHostUnregister(p)); },
+        [](int* v, int a, int d) { return rc(cudaDeviceGetAttribute(v, static_cast<cudaDeviceAttr>(a), d)); },
     },
     fill_dummy,
 };

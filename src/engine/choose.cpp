@@ -61,6 +61,18 @@ void resolve_auto(const ReadRequest& r, ReadFacts& facts, ReadPath& p) {
   }
 }
 
+// A per-file strategy into device memory would stage one tensor at a time
+// through the pinned ring (no read overlaps a copy); the stream overlaps them
+// across its threads. The file order of lazy / eager / prefetch is kept.
+void device_streams(const ReadRequest& r, ReadPath& p) {
+  p.log.push_back(
+      fmt::format("{}: the stream strategy instead (a {} destination: {} would stage one tensor at a time "
+                  "through the pinned ring; WEIGHTLIFT_DEVICE_STRATEGY=asked runs it as asked)",
+                  strategy_name(r.strategy), r.device.to_string(), strategy_name(r.strategy)));
+  p.strategy = Strategy::kStream;
+  p.ordered = r.strategy != Strategy::kThreads;
+}
+
 // File views wished, but the files are mostly not in the page cache: N
 // threads of O_DIRECT reads into memory (the stream strategy) beat filling
 // the cache by faults at one readahead stream's pace. direct off (never
@@ -110,6 +122,8 @@ Result<ReadPath> choose(const ReadRequest& r, ReadFacts& given) {
     p.strategy = Strategy::kStream;
   } else if (r.strategy == Strategy::kAuto) {
     resolve_auto(r, given, p);
+  } else if (r.dest == DestKind::kDevice && r.strategy != Strategy::kStream && !r.device_as_asked) {
+    device_streams(r, p);
   } else if (r.strategy == Strategy::kPrefetch && r.source == SourceKind::kLocal && !r.first_file.empty()) {
     std::string missing;
     p.prefetch = prefetch_rule(given, /*requested=*/true, &missing);

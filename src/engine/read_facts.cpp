@@ -2,6 +2,9 @@
 // call: what choose() is asked during a load.
 #include "engine/read_facts.h"
 
+#include <cstdlib>
+#include <string_view>
+
 #include "weightlift/prefetch.h"
 
 namespace wl {
@@ -24,6 +27,8 @@ ReadRequest read_request(const std::vector<std::string>& files, const LoadOption
   r.direct = o.direct;
   r.file_views = o.file_views;
   r.max_memory = o.max_memory;
+  const char* as_asked = std::getenv("WEIGHTLIFT_DEVICE_STRATEGY");
+  r.device_as_asked = as_asked && std::string_view(as_asked) == "asked";
   return r;
 }
 

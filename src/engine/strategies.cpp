@@ -267,15 +267,18 @@ Result<LoadStats> run_load(const std::vector<std::string>& files, const LoadOpti
   if (o.log)
     for (const auto& line : path.log) o.log(line);
   stats.strategy = path.strategy;
-  Delivery d(o, sink, plan);
+  LoadOptions in_order;  // the options with ordered delivery, when the path keeps a file order the caller did not ask
+  if (path.ordered && !o.ordered) in_order = o, in_order.ordered = true;
+  const LoadOptions& lo = path.ordered && !o.ordered ? in_order : o;
+  Delivery d(lo, sink, plan);
   Status st;
   switch (path.strategy) {
-    case Strategy::kPrefetch: st = run_prefetch(plan, files, o, path, dest, d, stats); break;
+    case Strategy::kPrefetch: st = run_prefetch(plan, files, lo, path, dest, d, stats); break;
     case Strategy::kAuto:
-    case Strategy::kLazy: st = run_lazy(plan, o, path, dest, d, stats); break;
-    case Strategy::kEager: st = run_eager(plan, o, path, dest, d, stats); break;
-    case Strategy::kThreads: st = run_threads(plan, o, path, dest, d, stats); break;
-    case Strategy::kStream: st = run_stream(plan, o, path, dest, d, stats); break;
+    case Strategy::kLazy: st = run_lazy(plan, lo, path, dest, d, stats); break;
+    case Strategy::kEager: st = run_eager(plan, lo, path, dest, d, stats); break;
+    case Strategy::kThreads: st = run_threads(plan, lo, path, dest, d, stats); break;
+    case Strategy::kStream: st = run_stream(plan, lo, path, dest, d, stats); break;
   }
   if (st.ok()) st = d.status();
   if (!st.ok()) return st;

@@ -16,10 +16,14 @@
 //   device destination, GDS            cuFile reads straight into the
 //                                      tensors' device memory (decided before
 //                                      the first tensor is handed over)
+//   device destination, page cache     async copies straight out of the hot
+//                                      file's mapping, registered read-only
+//                                      for DMA (WEIGHTLIFT_H2D_SOURCE)
 //
 // The plan of run_stream(), one member function of Stream per step:
 //   lay_out                  the tensors' byte ranges end to end
 //   begin                    the destination learns whether GDS serves the load
+//   pick_copy_source         device copies out of ring slots or the registered page cache
 //   size_reads               threads, read size and memory window
 //   hand_over_empty_tensors  zero-byte tensors (and every buffer up front when uncapped)
 //   read_in_parallel         workers claim chunks, read each run of adjacent
@@ -35,6 +39,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/read_facts.h"
 #include "engine/strategies.h"
 #include "weightlift/system.h"
 
@@ -70,6 +75,55 @@ struct Piece {
   uint64_t file_off, len, dst_off;
 };
 
+// Copies to a device straight out of a hot file's page cache: the file is
+// mapped read-only and registered for DMA in segments of kSegment bytes,
+// each by the first reader that needs it, and unregistered (its pages
+// dropped from this process) once every byte the load takes from it was
+// copied; no reader copies bytes into a ring slot first.
+constexpr uint64_t kSegment = uint64_t{16} << 20;
+
+struct MappedFile {
+  std::shared_ptr<RandomAccessFile> map;  // FileMode::kMmap: view() spans stay valid while it lives
+  const std::byte* base = nullptr;
+  uint64_t size = 0;
+  Uploader* up = nullptr;
+  std::mutex mu;
+  std::vector<uint8_t> seg;                 // per segment: 0 not yet, 1 registered, 2 refused, 3 done
+  std::vector<std::atomic<uint64_t>> left;  // per segment: bytes still to copy out of it
+  ~MappedFile() {
+    for (size_t k = 0; k < seg.size(); ++k)
+      if (seg[k] == 1) up->unregister_host(base + k * kSegment);
+  }
+  // Segment k registered (once); the uploader's refusal otherwise.
+  Status ensure(size_t k) {
+    std::lock_guard lk(mu);
+    if (seg[k] == 1) return Status();
+    if (seg[k] != 0) return Status::Unimplemented("the segment cannot be registered");
+    Status s = up->register_host(base + k * kSegment, std::min(kSegment, size - k * kSegment));
+    seg[k] = s.ok() ? 1 : 2;
+    return s;
+  }
+  // n bytes of segment k were copied: the last ones unregister it.
+  void copied(size_t k, uint64_t n) {
+    if (left[k].fetch_sub(n) != n) return;
+    std::lock_guard lk(mu);
+    if (seg[k] != 1) return;
+    seg[k] = 3;
+    up->unregister_host(base + k * kSegment);
+    map->advise(k * kSegment, std::min(kSegment, size - k * kSegment), Advice::kRelease);
+  }
+};
+
+// Where device copies read from: "slot" (every chunk read into a pinned ring
+// slot first), "mapped" (registered page cache) or "auto" (the default):
+// mapped for a hot checkpoint on a machine with fewer than 8 cores, where
+// the readers' copies into the slots cannot keep up with a PCIe link;
+// WEIGHTLIFT_H2D_SOURCE chooses.
+std::string h2d_source_wish() {
+  const char* v = std::getenv("WEIGHTLIFT_H2D_SOURCE");
+  return v && *v ? std::string(v) : std::string("auto");
+}
+
 class Stream {
  public:
   Stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d)
@@ -81,6 +135,7 @@ class Stream {
   Status check_destination() const;
   void lay_out();
   void begin();
+  Status pick_copy_source();
   Status size_reads();
   Status hand_over_empty_tensors();
   Status read_in_parallel();
@@ -105,6 +160,8 @@ class Stream {
   Status read_staged(const RandomAccessFile& f, std::span<const Piece> run, std::span<std::byte> buf,
                      std::optional<StagingSlot> slot);
   Status read_scatter(const RandomAccessFile& f, std::span<const Piece> run);
+  std::shared_ptr<MappedFile> mapped_of(size_t fi);
+  bool read_mapped(std::span<const Piece> run, Status* out);
   Status named(Status s, std::span<const Piece> run) const;
 
   Plan& plan_;
@@ -128,6 +185,12 @@ class Stream {
   std::mutex files_mu_;
   std::vector<std::shared_ptr<RandomAccessFile>> files_;
   std::vector<size_t> file_pending_;
+
+  // Device copies out of the registered page cache (see MappedFile).
+  bool mapped_ = false;
+  std::atomic<bool> mapped_ok_{false};                     // false once a registration was refused
+  std::vector<std::vector<uint64_t>> segment_bytes_;       // bytes the load copies out of each segment of each file
+  std::vector<std::shared_ptr<MappedFile>> mapped_files_;  // under files_mu_
 
   // Watermark: stream position of the earliest tensor not yet handed over.
   std::mutex wm_mu_;
@@ -187,13 +250,59 @@ void Stream::begin() {
   if (up_) d_.on_stop([up = up_] { up->cancel(); });
 }
 
+// Device copies straight out of the page cache (see MappedFile), or through
+// the ring's slots.
+Status Stream::pick_copy_source() {
+  if (!device_ || gds_ || direct_ || remote_) return Status();
+  const std::string wish = h2d_source_wish();
+  if (wish != "slot" && wish != "mapped" && wish != "auto")
+    return Status::InvalidArgument(fmt::format("WEIGHTLIFT_H2D_SOURCE='{}' (expected slot, mapped or auto)", wish));
+  if (wish != "slot" && !up_->host_copies()) {
+    if (wish == "mapped" && o_.log)
+      o_.log(
+          "stream: WEIGHTLIFT_H2D_SOURCE=mapped, but this destination cannot register host memory read-only; "
+          "staging through the pinned ring");
+  } else if (wish == "mapped") {
+    mapped_ = true;
+  } else if (wish == "auto" && std::thread::hardware_concurrency() < 8) {
+    auto cached = sample_residency(plan_.files.size(), [&](size_t fi) {
+      return open_data(plan_.files[fi], o_.env, FileMode::kPread);
+    });  // a file that cannot be opened fails later, where it is read
+    mapped_ = cached.ok() && *cached && **cached >= 0.9;
+  }
+  mapped_ok_ = mapped_;
+  if (!mapped_) return Status();
+  segment_bytes_.resize(plan_.files.size());
+  mapped_files_.resize(plan_.files.size());
+  for (const Extent& x : ext_)
+    for (uint64_t off = x.file_off, rest = x.len; rest > 0;) {
+      const size_t k = static_cast<size_t>(off / kSegment);
+      const uint64_t n = std::min(rest, (k + 1) * kSegment - off);
+      auto& v = segment_bytes_[x.file];
+      if (v.size() <= k) v.resize(k + 1, 0);
+      v[k] += n;
+      off += n, rest -= n;
+    }
+  return Status();
+}
+
 Status Stream::size_reads() {
   threads_ = o_.threads > 0 ? o_.threads : 8;
   chunk_ = o_.block_size > 0 ? o_.block_size : kDefaultChunk;
   // Buffered reads out of a warm page cache are memory copies: more threads
-  // than cores only contend. O_DIRECT keeps 8 reads in flight.
-  if (o_.threads == 0 && !direct_)
-    threads_ = remote_ ? kRemoteThreads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+  // than cores only contend. O_DIRECT keeps 8 reads in flight. Into device
+  // memory the readers' copies into the ring's slots are what bounds a hot
+  // load: one reader per core, as many as half the slots (each holds one
+  // while reading, the others wait for their copies).
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (o_.threads == 0 && !direct_) {
+    if (remote_)
+      threads_ = kRemoteThreads;
+    else if (device_ && !gds_ && up_->slot_count() > 0)
+      threads_ = std::clamp(cores, 2, std::clamp(static_cast<int>(up_->slot_count()) / 2, 2, 32));
+    else
+      threads_ = std::clamp(cores, 2, 8);
+  }
   // Memory: staging (direct only; a device destination stages in its own
   // ring) plus the window of allocated, undelivered tensors.
   const uint64_t cap = path_.max_memory;
@@ -218,10 +327,16 @@ Status Stream::size_reads() {
   }
   if (total_ > 0)
     threads_ = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(threads_), (total_ + chunk_ - 1) / chunk_));
-  if (o_.log)
-    o_.log(fmt::format("stream: {} threads, {} KiB reads, {}, to {}, memory cap {}", threads_, chunk_ >> 10,
-                       direct_ ? "O_DIRECT" : "buffered", dest_.device().to_string(),
+  if (o_.log) {
+    std::string ring;
+    if (device_ && !gds_)
+      ring = mapped_ ? ", copies straight out of the page cache (registered read-only; WEIGHTLIFT_H2D_SOURCE=slot "
+                       "stages them)"
+                     : fmt::format(", through {} pinned slots of {} KiB", up_->slot_count(), up_->slot_bytes() >> 10);
+    o_.log(fmt::format("stream: {} threads, {} KiB reads, {}, to {}{}, memory cap {}", threads_, chunk_ >> 10,
+                       direct_ ? "O_DIRECT" : "buffered", dest_.device().to_string(), ring,
                        cap ? fmt::format("{} MiB", cap >> 20) : "none"));
+  }
   return Status();
 }
 
@@ -234,9 +349,13 @@ Result<std::shared_ptr<RandomAccessFile>> Stream::file_of(size_t fi) {
 }
 
 void Stream::tensor_done(size_t ti) {
+  std::shared_ptr<MappedFile> unmap;  // unregistered outside the lock
   std::lock_guard lk(files_mu_);
   size_t fi = plan_.tensors[ti].file;
-  if (--file_pending_[fi] == 0) files_[fi].reset();
+  if (--file_pending_[fi] == 0) {
+    files_[fi].reset();
+    if (!mapped_files_.empty()) unmap = std::move(mapped_files_[fi]);
+  }
 }
 
 Status Stream::ensure_alloc(size_t ti) {
@@ -369,6 +488,8 @@ Status Stream::read_run(std::span<const Piece> run, Buffer& staging) {
   Status s;
   if (to_device && gds_) {
     s = read_direct(f, run);
+  } else if (to_device && mapped_ok_.load(std::memory_order_relaxed) && read_mapped(run, &s)) {
+    // queued (or failed: s) out of the page cache
   } else if (to_device) {
     WL_ASSIGN_OR_RETURN(StagingSlot slot, up_->acquire());
     s = read_staged(f, run, slot.bytes, slot);
@@ -467,6 +588,66 @@ Status Stream::read_scatter(const RandomAccessFile& f, std::span<const Piece> ru
   return Status();
 }
 
+// The file's read-only mapping for copies out of the page cache; null when
+// it cannot be mapped (the run then goes through a slot).
+std::shared_ptr<MappedFile> Stream::mapped_of(size_t fi) {
+  std::lock_guard lk(files_mu_);
+  auto& m = mapped_files_[fi];
+  if (!m) {
+    auto f = open_data(plan_.files[fi], o_.env, FileMode::kMmap);
+    if (!f.ok()) return nullptr;
+    auto all = (*f)->view(0, (*f)->size());
+    if (!all.ok() || all->empty()) return nullptr;
+    m = std::make_shared<MappedFile>();
+    m->map = std::move(*f);
+    m->base = all->data();
+    m->size = all->size();
+    m->up = up_;
+    const size_t segs = static_cast<size_t>((m->size + kSegment - 1) / kSegment);
+    m->seg.assign(segs, 0);
+    m->left = std::vector<std::atomic<uint64_t>>(segs);
+    for (size_t k = 0; k < segs && k < segment_bytes_[fi].size(); ++k) m->left[k] = segment_bytes_[fi][k];
+  }
+  return m;
+}
+
+// A run copied to the device out of the file's registered mapping; false
+// (nothing queued) when the mapping or its registration is not to be had.
+bool Stream::read_mapped(std::span<const Piece> run, Status* out) {
+  std::shared_ptr<MappedFile> mf = mapped_of(run.front().file);
+  if (!mf) return false;
+  std::vector<HostCopy> copies;
+  std::vector<std::pair<size_t, uint64_t>> segs;        // (segment, bytes) of each copy
+  std::vector<std::pair<uint32_t, uint64_t>> uploaded;  // (tensor, bytes)
+  uint64_t len = 0;
+  for (const Piece& p : run) {
+    const Region& r = ts_[p.tensor].region;
+    if (r.device.host_accessible() || p.file_off + p.len > mf->size) return false;
+    for (uint64_t off = p.file_off, dst = p.dst_off, rest = p.len; rest > 0;) {
+      const size_t k = static_cast<size_t>(off / kSegment);
+      const uint64_t n = std::min(rest, std::min<uint64_t>((k + 1) * kSegment, mf->size) - off);
+      if (Status s = mf->ensure(k); !s.ok()) {
+        if (mapped_ok_.exchange(false) && o_.log)
+          o_.log("stream: registering the page cache for DMA failed (" + s.message() +
+                 "); staging through the pinned ring instead");
+        return false;
+      }
+      copies.push_back({mf->base + off, r.data + dst, n});
+      segs.emplace_back(k, n);
+      off += n, dst += n, rest -= n;
+    }
+    uploaded.emplace_back(p.tensor, p.len);
+    len += p.len;
+  }
+  *out = up_->submit_host(copies, [this, mf, segs = std::move(segs), uploaded = std::move(uploaded)](Status st) {
+    for (auto [k, n] : segs) mf->copied(k, n);
+    if (!st.ok()) return d_.fail(st);
+    for (auto [ti, n] : uploaded) landed(ti, n);
+  });
+  if (out->ok()) bytes_read_ += len;
+  return true;
+}
+
 Status Stream::read_in_parallel() {
   std::vector<std::thread> pool;
   for (int i = 0; i < threads_; ++i)
@@ -505,6 +686,7 @@ void Stream::finish(LoadStats& stats) {
   stats.bytes_read = bytes_read_.load();
   stats.direct_io = direct_;
   stats.gds = gds_;
+  stats.host_registered = mapped_;
 }
 
 }  // namespace
@@ -515,6 +697,7 @@ Status run_stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destin
   WL_RETURN_IF_ERROR(s.check_destination());
   s.lay_out();
   s.begin();
+  WL_RETURN_IF_ERROR(s.pick_copy_source());
   WL_RETURN_IF_ERROR(s.size_reads());
   WL_RETURN_IF_ERROR(s.hand_over_empty_tensors());
   WL_RETURN_IF_ERROR(s.read_in_parallel());

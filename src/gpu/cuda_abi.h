@@ -19,7 +19,7 @@
 
 extern "C" {
 
-inline constexpr int kWlCudaAbiVersion = 2;
+inline constexpr int kWlCudaAbiVersion = 3;
 
 // cudaMemcpyKind values.
 inline constexpr int kCudaMemcpyHostToDevice = 1;
@@ -29,6 +29,10 @@ inline constexpr int kCudaMemcpyDefault = 4;
 inline constexpr unsigned kCudaHostAllocPortable = 1;
 inline constexpr unsigned kCudaStreamNonBlocking = 1;
 inline constexpr unsigned kCudaEventDisableTiming = 2;
+inline constexpr unsigned kCudaHostRegisterPortable = 1;
+inline constexpr unsigned kCudaHostRegisterReadOnly = 8;
+// cudaDeviceAttr values.
+inline constexpr int kCudaDevAttrHostRegisterReadOnlySupported = 113;
 // Status codes the engine tells apart.
 inline constexpr int kCudaErrorNotReady = 600;
 inline constexpr int kCudaErrorInsufficientDriver = 35;
@@ -36,6 +40,9 @@ inline constexpr int kCudaErrorNoDevice = 100;
 inline constexpr int kCudaErrorInvalidValue = 1;
 inline constexpr int kCudaErrorMemoryAllocation = 2;
 inline constexpr int kCudaErrorUnknown = 999;
+inline constexpr int kCudaErrorHostMemoryAlreadyRegistered = 712;
+inline constexpr int kCudaErrorHostMemoryNotRegistered = 713;
+inline constexpr int kCudaErrorNotSupported = 801;
 inline constexpr int kCuErrorNoDevice = 100;       // CUDA_ERROR_NO_DEVICE
 inline constexpr int kCuErrorStubLibrary = 34;     // CUDA_ERROR_STUB_LIBRARY
 inline constexpr int kCuErrorNotInitialized = 3;   // CUDA_ERROR_NOT_INITIALIZED
@@ -63,6 +70,10 @@ struct WlCudaRuntime {
   int (*runtimeGetVersion)(int* version);
   int (*getLastError)(void);
   const char* (*getErrorString)(int error);
+  // Host memory the caller owns, page-locked for DMA (a file's mapping).
+  int (*hostRegister)(void* ptr, size_t bytes, unsigned flags);
+  int (*hostUnregister)(void* ptr);
+  int (*deviceGetAttribute)(int* value, int attr, int device);
 };
 
 // The CUDA driver (libcuda.so.1): only what telling "no driver" from "no
@@ -90,6 +101,32 @@ struct WlCuFileDescr {
   const void* fs_ops;
 };
 inline constexpr int kCuFileHandleTypeOpaqueFd = 1;
+// CUfileDrvProps_t.
+struct WlCuFileDrvProps {
+  struct {
+    unsigned int major_version;  // of the nvidia-fs driver; 0.0 when it is not loaded
+    unsigned int minor_version;
+    size_t poll_thresh_size;
+    size_t max_direct_io_size;
+    unsigned int dstatusflags;  // bit k: kCuFile*Supported
+    unsigned int dcontrolflags;
+  } nvfs;
+  unsigned int fflags;
+  unsigned int max_device_cache_size;
+  unsigned int per_buffer_cache_size;
+  unsigned int max_device_pinned_mem_size;
+  unsigned int max_batch_io_size;
+  unsigned int max_batch_io_timeout_msecs;
+};
+// CUfileDriverStatusFlags: which storage the driver reads GPU-direct.
+inline constexpr int kCuFileLustreSupported = 0;
+inline constexpr int kCuFileWekafsSupported = 1;
+inline constexpr int kCuFileNfsSupported = 2;
+inline constexpr int kCuFileGpfsSupported = 3;
+inline constexpr int kCuFileNvmeSupported = 4;
+inline constexpr int kCuFileNvmeofSupported = 5;
+inline constexpr int kCuFileBeegfsSupported = 9;
+inline constexpr int kCuFileNvmeP2pSupported = 11;
 struct WlCuFile {
   WlCuFileError (*driverOpen)(void);
   WlCuFileError (*handleRegister)(void** handle, WlCuFileDescr* descr);
@@ -97,6 +134,8 @@ struct WlCuFile {
   WlCuFileError (*bufRegister)(const void* device_ptr, size_t bytes, int flags);
   WlCuFileError (*bufDeregister)(const void* device_ptr);
   ssize_t (*read)(void* handle, void* device_base, size_t bytes, off_t file_offset, off_t device_offset);
+  // Optional (null when the library lacks it).
+  WlCuFileError (*driverGetProperties)(WlCuFileDrvProps* props);
 };
 
 // NCCL (libnccl.so.2): filled for the distributed component (collective.h).

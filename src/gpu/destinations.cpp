@@ -1,8 +1,13 @@
 // weightlift/gpu.h: devices, ring options, the pinned and CUDA destinations,
 // copies back to the host, device buffers.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -60,22 +65,50 @@ Status check_ring(const RingOptions& o, std::string_view where) {
 
 }  // namespace
 
+RingOptions machine_ring_options(unsigned cores, uint64_t memory_bytes) {
+  RingOptions o;
+  o.slots = std::clamp<uint32_t>(2 * std::max(cores, 1u), 8, 64);
+  // At most 1/64 of the memory (but never under 8 slots of 1 MiB).
+  while (memory_bytes > 0 && o.slots * o.slot_bytes > memory_bytes / 64) {
+    if (o.slots > 8) o.slots -= 8;
+    else if (o.slot_bytes > (uint64_t{1} << 20)) o.slot_bytes /= 2;
+    else break;
+  }
+  return o;
+}
+
 Result<RingOptions> ring_options() {
   std::lock_guard lk(g_ring_mu);
   if (g_ring_set) return *g_ring_set;
-  RingOptions o;
   const char* env = std::getenv(kRingEnv);
-  if (!env || !*env) return o;
+  if (!env || !*env) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+    return machine_ring_options(std::thread::hardware_concurrency(),
+                                pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0);
+  }
+  RingOptions o;
   std::string_view v(env);
   auto x = v.find('x');
-  const std::string where = fmt::format("{}='{}' (expected SLOTSxSIZE, e.g. 8x8MiB)", kRingEnv, v);
+  const std::string where = fmt::format("{}='{}' (expected SLOTSxSIZE[xSTREAMS], e.g. 8x8MiB)", kRingEnv, v);
   if (x == std::string_view::npos || x == 0) return Status::InvalidArgument(where);
   uint32_t slots = 0;
   for (char c : v.substr(0, x)) {
     if (c < '0' || c > '9' || slots > 1000) return Status::InvalidArgument(where);
     slots = slots * 10 + static_cast<uint32_t>(c - '0');
   }
-  auto size = parse_size(v.substr(x + 1));
+  std::string_view size_text = v.substr(x + 1);
+  if (auto y = size_text.rfind('x'); y != std::string_view::npos) {
+    std::string_view streams = size_text.substr(y + 1);
+    if (streams.empty() || streams.size() > 2) return Status::InvalidArgument(where);
+    int n = 0;
+    for (char c : streams) {
+      if (c < '0' || c > '9') return Status::InvalidArgument(where);
+      n = n * 10 + (c - '0');
+    }
+    o.streams = n;
+    size_text = size_text.substr(0, y);
+  }
+  auto size = parse_size(size_text);
   if (!size.ok()) return Status::InvalidArgument(where);
   o.slots = slots;
   o.slot_bytes = *size;
@@ -177,7 +210,9 @@ class ArenaDestination : public DeviceDestination {
   Status reserve(std::span<const TensorRequest> tensors) override {
     std::shared_ptr<Arena> a;
     if (one_) {
+      const auto t0 = std::chrono::steady_clock::now();
       WL_ASSIGN_OR_RETURN(a, make_arena(backend_.api(), pinned(), device_.index, tensors));
+      if (a && !pinned()) set_cost_once(&ProcessCosts::first_allocation_ms, ms_since(t0));
     }
     std::lock_guard lk(mu_);
     arena_ = std::move(a);
@@ -219,25 +254,45 @@ class ArenaDestination : public DeviceDestination {
 class CudaDestination;
 
 // The ring uploader plus GPUDirect Storage for this destination's memory.
+// The ring is taken at the first load's reserve(), not when the destination
+// is made, so that warm_up() can still be creating it meanwhile.
 class CudaUploader final : public Uploader {
  public:
-  CudaUploader(std::unique_ptr<RingUploader> ring, CudaDestination* dest, Toggle policy, Backend& b, int device)
-      : ring_(std::move(ring)), dest_(dest), policy_(policy), direct_(b, device) {}
-  uint64_t slot_bytes() const override { return ring_->slot_bytes(); }
+  CudaUploader(CudaDestination* dest, Toggle policy, Backend& b, int device)
+      : dest_(dest), policy_(policy), device_(device), direct_(b, device) {}
+  uint64_t slot_bytes() const override { return ring_ ? ring_->slot_bytes() : 0; }
   Result<StagingSlot> acquire() override { return ring_->acquire(); }
   Status submit(StagingSlot slot, std::span<const UploadCopy> copies, std::function<void(Status)> done) override {
     return ring_->submit(slot, copies, std::move(done));
   }
   void release(StagingSlot slot) override { ring_->release(slot); }
-  Status flush() override { return ring_->flush(); }
-  void cancel() override { ring_->cancel(); }
+  Status flush() override { return ring_ ? ring_->flush() : Status(); }
+  void cancel() override {
+    if (ring_) ring_->cancel();
+  }
+  uint32_t slot_count() const override { return ring_ ? ring_->slot_count() : 0; }
+  bool host_copies() const override { return ring_ && ring_->host_copies(); }
+  Status register_host(const std::byte* p, uint64_t n) override { return ring_->register_host(p, n); }
+  void unregister_host(const std::byte* p) override { ring_->unregister_host(p); }
+  Status submit_host(std::span<const HostCopy> copies, std::function<void(Status)> done) override {
+    return ring_->submit_host(copies, std::move(done));
+  }
   Toggle direct_wish() const override { return policy_; }
-  Status direct_support(const RandomAccessFile& probe) override { return direct_.support(probe); }
+  // The platform's verdict (cached per device and filesystem) before cuFile
+  // for auto; cuFile alone for on (gds.h).
+  Status direct_support(const RandomAccessFile& probe) override { return direct_.support(probe, policy_); }
   void direct_chosen(bool on, const std::string& why) override;
   Status read_direct(const RandomAccessFile& file, uint64_t offset, std::byte* dst, uint64_t n) override {
     return direct_.read(file, offset, dst, n);
   }
-  void new_load() { ring_->reset(); }
+  // A new load: the ring (made or waited for now), cancel() and errors forgotten.
+  Status new_load() {
+    if (!ring_) {
+      WL_ASSIGN_OR_RETURN(ring_, ring_uploader(device_));
+    }
+    ring_->reset();
+    return Status();
+  }
   std::string status() const {
     std::lock_guard lk(mu_);
     return status_;
@@ -247,6 +302,7 @@ class CudaUploader final : public Uploader {
   std::unique_ptr<RingUploader> ring_;
   CudaDestination* dest_;
   const Toggle policy_;
+  const int device_;
   DirectReader direct_;
   mutable std::mutex mu_;
   std::string status_;
@@ -254,12 +310,11 @@ class CudaUploader final : public Uploader {
 
 class CudaDestination final : public ArenaDestination {
  public:
-  CudaDestination(Backend& b, Device d, const CudaOptions& o, std::unique_ptr<RingUploader> ring)
-      : ArenaDestination(b, d, o.one_allocation),
-        uploader_(std::make_unique<CudaUploader>(std::move(ring), this, o.gds, b, d.index)) {}
+  CudaDestination(Backend& b, Device d, const CudaOptions& o)
+      : ArenaDestination(b, d, o.one_allocation), uploader_(std::make_unique<CudaUploader>(this, o.gds, b, d.index)) {}
   ~CudaDestination() override { (void)uploader_->flush(); }
   Status reserve(std::span<const TensorRequest> tensors) override {
-    uploader_->new_load();
+    WL_RETURN_IF_ERROR(uploader_->new_load());
     return ArenaDestination::reserve(tensors);
   }
   Uploader* uploader() override { return uploader_.get(); }
@@ -296,8 +351,8 @@ Result<std::unique_ptr<DeviceDestination>> cuda_destination(Device device, const
   if (device.kind != DeviceKind::kCuda)
     return Status::InvalidArgument(fmt::format("cuda_destination() needs a CUDA device, not {}", device.to_string()));
   Backend& b = backend();
-  WL_ASSIGN_OR_RETURN(auto ring, ring_uploader(device.index));
-  return std::unique_ptr<DeviceDestination>(std::make_unique<CudaDestination>(b, device, options, std::move(ring)));
+  WL_RETURN_IF_ERROR(require_device(b.api(), device.index));
+  return std::unique_ptr<DeviceDestination>(std::make_unique<CudaDestination>(b, device, options));
 }
 
 Result<std::unique_ptr<Uploader>> make_uploader(Device device) {

@@ -2,6 +2,7 @@
 #include "gpu/fake.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -32,6 +33,7 @@ struct Alloc {
   uint64_t size = 0;
   bool device = false;
   int index = 0;
+  bool registered = false;  // the caller's memory, page-locked by cudaHostRegister
 };
 
 // All of the fake's state: one instance per make_api().
@@ -73,6 +75,12 @@ struct State {
     uintptr_t base = 0;
     Alloc* a = find(p, n, &base);
     return a && !a->device;
+  }
+  bool is_registered(const void* p, uint64_t n) {
+    std::shared_lock lk(mu);
+    uintptr_t base = 0;
+    Alloc* a = find(p, n, &base);
+    return a && a->registered;
   }
 };
 
@@ -237,12 +245,47 @@ int host_alloc(void** out, size_t n, unsigned) {
   return 0;
 }
 
+int host_register(void* p, size_t n, unsigned flags) {
+  State& s = S();
+  if (!s.o.host_register || s.o.host_register_fails) return kCudaErrorNotSupported;
+  const auto a = reinterpret_cast<uintptr_t>(p);
+  if (n == 0 || a % 4096 != 0 || !(flags & kCudaHostRegisterReadOnly)) return kCudaErrorInvalidValue;
+  std::unique_lock lk(s.mu);
+  // No overlap with another registration or pinned allocation (the real one refuses it too).
+  auto it = s.allocs.upper_bound(a + n - 1);
+  if (it != s.allocs.begin()) {
+    --it;
+    if (it->first + std::max<uint64_t>(it->second.size, 1) > a) return kCudaErrorHostMemoryAlreadyRegistered;
+  }
+  s.allocs.emplace(a, Alloc{Buffer(), n, false, 0, true});
+  g_stats.host_registers++;
+  g_stats.host_registered_live += static_cast<int64_t>(n);
+  return 0;
+}
+
+int host_unregister(void* p) {
+  State& s = S();
+  std::unique_lock lk(s.mu);
+  auto it = s.allocs.find(reinterpret_cast<uintptr_t>(p));
+  if (it == s.allocs.end() || !it->second.registered) return kCudaErrorHostMemoryNotRegistered;
+  g_stats.host_unregisters++;
+  g_stats.host_registered_live -= static_cast<int64_t>(it->second.size);
+  s.allocs.erase(it);
+  return 0;
+}
+
+int device_attribute(int* v, int attr, int device) {
+  if (device < 0 || device >= S().o.devices) return kCudaErrorInvalidValue;
+  *v = attr == kCudaDevAttrHostRegisterReadOnlySupported ? (S().o.host_register ? 1 : 0) : 0;
+  return 0;
+}
+
 int free_host(void* p) {
   if (!p) return 0;
   State& s = S();
   std::unique_lock lk(s.mu);
   auto it = s.allocs.find(reinterpret_cast<uintptr_t>(p));
-  if (it == s.allocs.end() || it->second.device) return kCudaErrorInvalidValue;
+  if (it == s.allocs.end() || it->second.device || it->second.registered) return kCudaErrorInvalidValue;
   g_stats.pinned_live -= static_cast<int64_t>(it->second.size);
   s.allocs.erase(it);
   return 0;
@@ -277,6 +320,7 @@ int memcpy_async(void* dst, const void* src, size_t n, int kind, void* stream) {
   const std::byte* sp = nullptr;
   if (int rc = resolve_copy(dst, src, n, kind, &d, &sp)) return rc;
   if (!S().is_pinned(src, n) && !S().is_device(src)) g_stats.pageable_async_copies++;
+  if (S().is_registered(src, n)) g_stats.registered_async_copies++;
   Op op;
   op.kind = Op::kCopy;
   op.dst = d;
@@ -354,6 +398,9 @@ const char* error_string(int e) {
     case kCudaErrorNoDevice: return "no CUDA-capable device is detected";
     case kCudaErrorNotReady: return "device not ready";
     case kIllegalAddress: return "an illegal memory access was encountered";
+    case kCudaErrorNotSupported: return "operation not supported";
+    case kCudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
+    case kCudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
     default: return "unknown error";
   }
 }
@@ -383,6 +430,7 @@ struct FileHandle {
 };
 
 WlCuFileError cufile_open() {
+  g_stats.cufile_opens++;
   if (S().o.cufile_driver_fails) return {5001, 0};  // CU_FILE_DRIVER_NOT_INITIALIZED
   S().driver_open = 1;
   return {0, 0};
@@ -427,8 +475,19 @@ ssize_t cufile_read(void* h, void* base, size_t n, off_t file_off, off_t dev_off
   return static_cast<ssize_t>(done);
 }
 
-const WlCuFile kCuFile = {cufile_open, cufile_register, cufile_deregister, cufile_buf_register, cufile_buf_deregister,
-                          cufile_read};
+WlCuFileError cufile_properties(WlCuFileDrvProps* p) {
+  if (!S().driver_open) return {5001, 0};
+  *p = {};
+  if (!S().o.cufile_compat_only) {
+    p->nvfs.major_version = 2, p->nvfs.minor_version = 26;
+    p->nvfs.dstatusflags = (1u << kCuFileNvmeSupported) | (1u << kCuFileNfsSupported);
+  }
+  p->nvfs.dcontrolflags = 1u << 1;  // CU_FILE_ALLOW_COMPAT_MODE
+  return {0, 0};
+}
+
+const WlCuFile kCuFile = {cufile_open,           cufile_register, cufile_deregister, cufile_buf_register,
+                          cufile_buf_deregister, cufile_read,     cufile_properties};
 
 // ---- NCCL: one rank ------------------------------------------------------------------------------
 
@@ -519,10 +578,18 @@ Api make_api(const Options& o) {
                        host_alloc,       free_host,      memcpy_sync,      memcpy_async,   stream_create,
                        stream_destroy,   stream_synchronize, event_create, event_destroy,  event_record,
                        event_synchronize, event_query,   mem_get_info,     runtime_version, last_error,
-                       error_string};
+                       error_string,      host_register, host_unregister,  device_attribute};
+  a.kernels_loaded = true;
   if (o.kernels) a.fill_dummy = fill_dummy;
   else a.kernels_reason = "the CUDA kernels (libweightlift_cuda.so) are not installed (fake backend)";
   if (o.cufile) a.fake_cufile = &kCuFile;
+  if (!o.machine_platform) a.probe_platform = [platform = o.platform](int fd) {
+    g_stats.platform_probes++;
+    GdsPlatform p = platform;
+    struct stat st {};
+    if (::fstat(fd, &st) == 0) p.fs_id = static_cast<uint64_t>(st.st_dev);
+    return p;
+  };
   if (o.nccl) a.fake_nccl = &kNccl;
   return a;
 }
@@ -532,7 +599,9 @@ void install(const Options& o) {
   Stats& s = g_stats;
   s.async_copies = 0, s.async_bytes = 0, s.pageable_async_copies = 0, s.slot_overwrites = 0, s.sync_copies = 0;
   s.cufile_reads = 0, s.cufile_bytes = 0, s.cufile_handles = 0, s.cufile_buffers = 0;
+  s.cufile_opens = 0, s.platform_probes = 0;
   s.device_allocs = 0, s.pinned_allocs = 0, s.device_live = 0, s.device_peak = 0, s.pinned_live = 0;
+  s.host_registers = 0, s.host_unregisters = 0, s.registered_async_copies = 0, s.host_registered_live = 0;
   reset_ring_options();
   replace_backend(std::make_unique<Backend>(make_api(o)));
 }

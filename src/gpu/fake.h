@@ -31,7 +31,19 @@ struct Options {
   bool cufile_driver_fails = false;   // cuFileDriverOpen fails
   bool cufile_register_fails = false; // cuFileHandleRegister fails (filesystem without GDS)
   int64_t cufile_fail_read_at = -1;   // the Nth cuFileRead (0-based) fails
+  // What gds=auto sees of the platform (gds_platform.h; fs_id comes from the
+  // file): by default a machine where GDS works (ext4 on NVMe, nvidia-fs).
+  GdsPlatform platform{0, "ext4", "nvme", true, false};
+  bool machine_platform = false;  // this machine's own facts instead (WEIGHTLIFT_GPU_BACKEND=fake)
+  // cuFile's driver properties: an nvidia-fs version and NVMe support, or
+  // (compat_only) neither: cuFile would read in compatibility mode only.
+  bool cufile_compat_only = false;
   bool kernels = true;                // libweightlift_cuda.so present
+  // cudaHostRegister (read-only): supported by the device (its attribute),
+  // or refused (cudaErrorNotSupported) as on platforms that will not pin a
+  // file mapping.
+  bool host_register = true;
+  bool host_register_fails = false;
   bool nccl = true;
 };
 
@@ -41,7 +53,10 @@ struct Stats {
   std::atomic<uint64_t> slot_overwrites{0};        // a source changed between enqueue and execution
   std::atomic<uint64_t> sync_copies{0};
   std::atomic<uint64_t> cufile_reads{0}, cufile_bytes{0}, cufile_handles{0}, cufile_buffers{0};
+  std::atomic<uint64_t> cufile_opens{0}, platform_probes{0};  // cuFileDriverOpen calls; GDS platform probes
   std::atomic<uint64_t> device_allocs{0}, pinned_allocs{0};
+  std::atomic<uint64_t> host_registers{0}, host_unregisters{0}, registered_async_copies{0};
+  std::atomic<int64_t> host_registered_live{0};  // bytes registered now
   std::atomic<int64_t> device_live{0}, device_peak{0}, pinned_live{0};
 };
 

@@ -1,9 +1,15 @@
 #include "gpu/gds.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <string_view>
 
 #include <fmt/format.h>
 
+#include "gpu/gds_platform.h"
 #include "io/posix_internal.h"
 
 namespace wl::gpu {
@@ -14,6 +20,7 @@ DirectReader::Handle::~Handle() {
 
 DirectReader::~DirectReader() {
   handles_.clear();
+  if (buffers_.empty()) return;  // (never open cuFile just to close nothing)
   if (const WlCuFile* fn = backend_.cufile().fn)
     for (auto& [base, n] : buffers_) (void)fn->bufDeregister(base);
 }
@@ -49,8 +56,44 @@ Result<std::shared_ptr<DirectReader::Handle>> DirectReader::handle_of(const Rand
   return h;
 }
 
-Status DirectReader::support(const RandomAccessFile& probe) {
-  if (!backend_.cufile().fn) return Status::Unavailable("cuFile is not usable: " + backend_.cufile().reason);
+namespace {
+
+// WEIGHTLIFT_GDS_AUTO=cufile: gds=auto takes whatever cuFile accepts (also
+// its compatibility mode), as before the platform checks; for A/B runs.
+bool auto_trusts_cufile() {
+  const char* v = std::getenv("WEIGHTLIFT_GDS_AUTO");
+  return v && std::string_view(v) == "cufile";
+}
+
+}  // namespace
+
+std::string DirectReader::verdict(const RandomAccessFile& probe) {
+  const int fd = io::posix_fd(probe, /*prefer_direct=*/false);
+  struct stat st {};
+  if (fd < 0 || ::fstat(fd, &st) != 0) return "not a local file (cuFile reads local files only)";
+  return backend_.gds_verdict(device_, static_cast<uint64_t>(st.st_dev), [&]() -> std::string {
+    const auto t0 = std::chrono::steady_clock::now();
+    const Api& api = backend_.api();
+    GdsPlatform p = api.probe_platform ? api.probe_platform(fd) : probe_platform(fd);
+    std::string why = platform_refusal(p);
+    add_cost(&ProcessCosts::gds_probe_ms, ms_since(t0));
+    if (!why.empty()) return why + " (cuFile not opened)";
+    const CuFile& c = backend_.cufile();
+    if (!c.fn) return "cuFile is not usable: " + c.reason;
+    if (!c.fn->driverGetProperties) return {};  // an old cuFile: the file's registration decides
+    WlCuFileDrvProps props{};
+    if (WlCuFileError e = c.fn->driverGetProperties(&props); e.err != 0)
+      return fmt::format("cuFileDriverGetProperties failed (cuFile error {})", e.err);
+    return properties_refusal(props, p);
+  });
+}
+
+Status DirectReader::support(const RandomAccessFile& probe, Toggle policy) {
+  if (policy == Toggle::kAuto && !auto_trusts_cufile()) {
+    if (std::string why = verdict(probe); !why.empty()) return Status::Unimplemented(why).with_file(probe.path());
+  } else if (!backend_.cufile().fn) {
+    return Status::Unavailable("cuFile is not usable: " + backend_.cufile().reason);
+  }
   return handle_of(probe).status();
 }
 

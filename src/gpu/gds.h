@@ -23,9 +23,13 @@ class DirectReader {
   DirectReader(const DirectReader&) = delete;
   DirectReader& operator=(const DirectReader&) = delete;
 
-  // OK when cuFile is usable and accepts `probe` (its handle registers);
-  // else why not (choose() weighs it against the destination's wish).
-  Status support(const RandomAccessFile& probe);
+  // OK when GPU-direct reads of `probe` can serve a load under `policy`
+  // (choose() weighs a refusal against the destination's wish): kAuto asks
+  // the platform first (gds_platform.h; cuFile is not even opened where it
+  // refuses), then cuFile's driver properties, both cached per device and
+  // filesystem, then registers the file; kOn asks cuFile alone (its driver
+  // open and the file's registration). Else why not.
+  Status support(const RandomAccessFile& probe, Toggle policy);
   // Registers device memory that reads will land in (faster DMA); optional.
   void register_buffer(const std::byte* base, uint64_t n);
   // n bytes of `file` at `offset` into device memory at `dst`.
@@ -39,6 +43,8 @@ class DirectReader {
     ~Handle();
   };
   Result<std::shared_ptr<Handle>> handle_of(const RandomAccessFile& file);
+  // "" when the platform and cuFile's driver read `probe`'s filesystem GPU-direct; else why not.
+  std::string verdict(const RandomAccessFile& probe);
 
   Backend& backend_;
   const int device_;

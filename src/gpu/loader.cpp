@@ -5,10 +5,13 @@
 // a machine without a GPU.
 #include <dlfcn.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <fstream>
 #include <mutex>
 #include <string>
+#include <string_view>
+#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
@@ -24,15 +27,27 @@ namespace {
 
 constexpr const char* kKernelsLib = "libweightlift_cuda.so";
 
-// Paths of mapped libraries whose file name starts with `stem`.
-std::vector<std::string> mapped_libraries(std::string_view stem) {
+// Every file mapped into the process (/proc/self/maps), once each: read
+// once per lookup round (a torch process maps thousands of regions).
+std::vector<std::string> mapped_paths() {
   std::vector<std::string> out;
   std::ifstream maps("/proc/self/maps");
-  std::string line;
+  std::string line, last;
   while (std::getline(maps, line)) {
     auto slash = line.find('/');
     if (slash == std::string::npos) continue;
     std::string path = line.substr(slash);
+    if (path == last) continue;  // a library's regions are adjacent
+    last = path;
+    out.push_back(std::move(path));
+  }
+  return out;
+}
+
+// The mapped libraries whose file name starts with `stem`.
+std::vector<std::string> mapped_libraries(std::string_view stem, const std::vector<std::string>& mapped) {
+  std::vector<std::string> out;
+  for (const auto& path : mapped) {
     std::string_view base = std::string_view(path).substr(path.rfind('/') + 1);
     if (!base.starts_with(stem)) continue;
     bool seen = false;
@@ -43,8 +58,9 @@ std::vector<std::string> mapped_libraries(std::string_view stem) {
 }
 
 // A library of `stem` the process has mapped already, else nullptr.
-void* loaded_library(std::string_view stem, std::string* which) {
-  for (const auto& path : mapped_libraries(stem)) {
+void* loaded_library(std::string_view stem, std::string* which,
+                     const std::vector<std::string>& mapped = mapped_paths()) {
+  for (const auto& path : mapped_libraries(stem, mapped)) {
     if (void* h = ::dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD)) {
       *which = path + " (already loaded)";
       return h;
@@ -56,8 +72,8 @@ void* loaded_library(std::string_view stem, std::string* which) {
 // A library already in the process, else the first of `names` that opens.
 // Handles stay open for the life of the process.
 void* open_library(std::string_view stem, const std::vector<std::string>& names, std::string* which,
-                   std::string* errors) {
-  if (void* h = loaded_library(stem, which)) return h;
+                   std::string* errors, const std::vector<std::string>& mapped = mapped_paths()) {
+  if (void* h = loaded_library(stem, which, mapped)) return h;
   for (const auto& n : names) {
     if (void* h = ::dlopen(n.c_str(), RTLD_NOW | RTLD_LOCAL)) {
       *which = n;
@@ -103,16 +119,21 @@ bool resolve_runtime(void* h, WlCudaRuntime* rt, std::string* missing) {
   ok &= resolve(h, "cudaRuntimeGetVersion", &rt->runtimeGetVersion, missing);
   ok &= resolve(h, "cudaGetLastError", &rt->getLastError, missing);
   ok &= resolve(h, "cudaGetErrorString", &rt->getErrorString, missing);
+  ok &= resolve(h, "cudaHostRegister", &rt->hostRegister, missing);
+  ok &= resolve(h, "cudaHostUnregister", &rt->hostUnregister, missing);
+  ok &= resolve(h, "cudaDeviceGetAttribute", &rt->deviceGetAttribute, missing);
   return ok;
 }
 
 // libweightlift_cuda.so: $WEIGHTLIFT_CUDA_LIBRARY, next to this library or
 // binary (., ../lib), the loader's search path.
-const WlCudaApi* load_kernels(std::string* reason) {
+const WlCudaApi* load_kernels(std::string* reason, const std::vector<std::string>& mapped = mapped_paths()) {
+  const auto t0 = std::chrono::steady_clock::now();
   std::vector<std::string> candidates =
       plugin_candidates(kKernelsLib, "WEIGHTLIFT_CUDA_LIBRARY", reinterpret_cast<void*>(&detect_cuda));
   std::string which, errors;
-  void* h = open_library(kKernelsLib, candidates, &which, &errors);
+  void* h = open_library(kKernelsLib, candidates, &which, &errors, mapped);
+  add_cost(&ProcessCosts::kernels_ms, ms_since(t0));
   if (!h) {
     *reason = fmt::format("the CUDA kernels ({}) are not installed or cannot be loaded{}", kKernelsLib, errors);
     return nullptr;
@@ -139,8 +160,9 @@ Api detect_cuda() {
   a.kind = BackendKind::kNone;
   a.name = "none";
   // 1. The driver: tells "no driver" from "no device".
+  const std::vector<std::string> mapped = mapped_paths();  // read once for every lookup below
   std::string which, errors;
-  void* drv = open_library("libcuda.so", {"libcuda.so.1"}, &which, &errors);
+  void* drv = open_library("libcuda.so", {"libcuda.so.1"}, &which, &errors, mapped);
   if (!drv) {
     a.reason = "no NVIDIA driver: libcuda.so.1 is not installed (no CUDA-capable GPU driver on this machine)";
     return a;
@@ -173,20 +195,24 @@ Api detect_cuda() {
     return a;
   }
 
-  // 2. Our kernels (and the runtime linked into them).
-  const WlCudaApi* kernels = load_kernels(&a.kernels_reason);
-  if (kernels) a.fill_dummy = kernels->fill_dummy;
-
-  // 3. The runtime: one the process has, $WEIGHTLIFT_CUDART, our kernels'
-  //    static runtime, the usual names.
+  // 2. The runtime: one the process has (torch's), $WEIGHTLIFT_CUDART, the
+  //    static runtime of our kernels' library, the usual names. The kernels
+  //    (dummy weights) are loaded here only when their runtime serves;
+  //    otherwise on first use (Backend::fill_dummy).
   std::string rt_which, rt_errors;
-  void* rt = loaded_library("libcudart.so", &rt_which);
+  void* rt = loaded_library("libcudart.so", &rt_which, mapped);
   if (!rt) {
     if (const char* env = std::getenv("WEIGHTLIFT_CUDART"); env && *env) {
       rt = ::dlopen(env, RTLD_NOW | RTLD_LOCAL);
       if (rt) rt_which = env;
       else if (const char* e = ::dlerror()) rt_errors += fmt::format("\n  {}", e);
     }
+  }
+  const WlCudaApi* kernels = nullptr;
+  if (!rt) {
+    kernels = load_kernels(&a.kernels_reason, mapped);
+    a.kernels_loaded = true;
+    if (kernels) a.fill_dummy = kernels->fill_dummy;
   }
   if (!rt && kernels) {
     a.rt = kernels->runtime;
@@ -195,7 +221,7 @@ Api detect_cuda() {
     if (!rt)
       rt = open_library("libcudart.so",
                         {"libcudart.so.13", "libcudart.so.12", "libcudart.so", "/usr/local/cuda/lib64/libcudart.so"},
-                        &rt_which, &rt_errors);
+                        &rt_which, &rt_errors, mapped);
     if (!rt) {
       a.reason = fmt::format("the CUDA runtime library (libcudart.so) is not installed, and {}{}", a.kernels_reason,
                              rt_errors);
@@ -243,6 +269,8 @@ CuFile load_cufile(const Api& api, WlCuFile* out) {
             resolve(h, "cuFileBufRegister", &out->bufRegister, &missing) &&
             resolve(h, "cuFileBufDeregister", &out->bufDeregister, &missing) &&
             resolve(h, "cuFileRead", &out->read, &missing);
+  std::string optional;
+  (void)resolve(h, "cuFileDriverGetProperties", &out->driverGetProperties, &optional);
   if (!ok) {
     c.reason = fmt::format("cuFile ({}) lacks {}", which, missing);
     return c;
@@ -304,6 +332,7 @@ Api initial_api() {
   std::string s = sel ? sel : "";
   if (s == "fake") {
     fake::Options o;
+    o.machine_platform = true;  // GDS decided on this machine's filesystem and drivers
     if (const char* n = std::getenv("WEIGHTLIFT_FAKE_GPUS"); n && *n) o.devices = std::atoi(n);
     return fake::make_api(o);
   }
@@ -315,14 +344,132 @@ Api initial_api() {
 
 }  // namespace
 
+// ---- what a process pays once ------------------------------------------------------
+
+namespace {
+
+std::mutex g_costs_mu;
+ProcessCosts g_costs;
+
+}  // namespace
+
+double ms_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+}
+
+void add_cost(double ProcessCosts::*field, double ms) {
+  std::lock_guard lk(g_costs_mu);
+  g_costs.*field += ms;
+}
+
+void set_cost_once(double ProcessCosts::*field, double ms) {
+  std::lock_guard lk(g_costs_mu);
+  if (g_costs.*field == 0) g_costs.*field = ms;
+}
+
+void set_ring_bytes(uint64_t bytes) {
+  std::lock_guard lk(g_costs_mu);
+  g_costs.ring_bytes = bytes;
+}
+
+ProcessCosts process_costs() {
+  std::lock_guard lk(g_costs_mu);
+  return g_costs;
+}
+
+std::string ProcessCosts::to_string() const {
+  std::string out;
+  auto part = [&](const char* what, double ms) {
+    if (ms <= 0) return;
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} {:.3g} ms", what, ms);
+  };
+  part("detect", detect_ms);
+  part("kernels library", kernels_ms);
+  part("context", context_ms);
+  if (ring_ms > 0) part(fmt::format("ring {} MiB", ring_bytes >> 20).c_str(), ring_ms);
+  part("copier", copier_ms);
+  part("GDS platform probe", gds_probe_ms);
+  part("cuFile open", cufile_ms);
+  part("first device allocation", first_allocation_ms);
+  if (out.empty()) return "nothing yet";
+  if (warm_up) out += " (detection, context, ring and copier on the warm-up thread)";
+  return out;
+}
+
+// ---- warm-up -----------------------------------------------------------------------
+
+namespace {
+
+struct WarmUp {
+  std::mutex mu;
+  std::thread thread;
+  bool started = false;
+  void join() {
+    std::thread t;
+    {
+      std::lock_guard lk(mu);
+      t = std::move(thread);
+    }
+    if (t.joinable()) t.join();
+  }
+  ~WarmUp() { join(); }
+};
+
+WarmUp& warm_up_state() {
+  (void)backend_slot();  // constructed first, so destroyed after the warm-up thread was joined
+  static WarmUp w;
+  return w;
+}
+
+bool warm_up_enabled() {
+  const char* v = std::getenv("WEIGHTLIFT_GPU_WARMUP");
+  return !(v && std::string_view(v) == "0");
+}
+
+}  // namespace
+
+void warm_up(Device device) {
+  if (device.kind == DeviceKind::kCpu || !warm_up_enabled()) return;
+  WarmUp& w = warm_up_state();
+  std::lock_guard lk(w.mu);
+  if (w.started) return;
+  w.started = true;
+  w.thread = std::thread([device] {
+    Backend& b = backend();
+    const int d = device.kind == DeviceKind::kCuda ? device.index : 0;
+    if (b.api().devices <= d || d < 0) return;
+    bool ok = b.ring().ok();
+    if (ok && device.kind == DeviceKind::kCuda) ok = b.copier(d).ok();
+    if (ok) {
+      std::lock_guard c(g_costs_mu);
+      g_costs.warm_up = true;
+    }
+  });
+}
+
+void wait_warm_up() { warm_up_state().join(); }
+
+// ---- the backend ---------------------------------------------------------------------
+
 Backend& backend() {
   std::lock_guard lk(g_backend_mu);
   auto& b = backend_slot();
-  if (!b) b = std::make_unique<Backend>(initial_api());
+  if (!b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    b = std::make_unique<Backend>(initial_api());
+    add_cost(&ProcessCosts::detect_ms, ms_since(t0));
+  }
   return *b;
 }
 
 void replace_backend(std::unique_ptr<Backend> b) {
+  WarmUp& w = warm_up_state();
+  w.join();  // never under g_backend_mu: the warm-up thread takes it
+  {
+    std::lock_guard lk(w.mu);
+    w.started = false;
+  }
   std::unique_ptr<Backend> old;
   {
     std::lock_guard lk(g_backend_mu);
@@ -338,12 +485,30 @@ Backend::~Backend() {
   ring_.reset();
 }
 
+// The device's primary context, made now (cudaFree(0)) and timed, the first
+// time this backend needs it; torch's context is reused when it made one.
+void Backend::touch_context_locked(int device) {
+  if (contexts_.size() < static_cast<size_t>(api_.devices)) contexts_.resize(static_cast<size_t>(api_.devices), false);
+  if (device < 0 || device >= api_.devices || contexts_[static_cast<size_t>(device)]) return;
+  contexts_[static_cast<size_t>(device)] = true;
+  const auto t0 = std::chrono::steady_clock::now();
+  int before = -1;
+  if (api_.rt.getDevice(&before) != 0) before = -1;
+  if (api_.rt.setDevice(device) == 0) (void)api_.rt.free(nullptr);
+  if (before >= 0 && before != device) (void)api_.rt.setDevice(before);  // the caller's thread keeps its device
+  add_cost(&ProcessCosts::context_ms, ms_since(t0));
+}
+
 Result<Ring*> Backend::ring() {
   std::lock_guard lk(mu_);
   if (!ring_) {
     WL_RETURN_IF_ERROR(require_device(api_, 0));
     WL_ASSIGN_OR_RETURN(RingOptions o, ring_options());
+    touch_context_locked(0);  // the ring is allocated on device 0's context
+    const auto t0 = std::chrono::steady_clock::now();
     WL_ASSIGN_OR_RETURN(ring_, Ring::create(api_, o));
+    add_cost(&ProcessCosts::ring_ms, ms_since(t0));
+    set_ring_bytes(uint64_t{o.slots} * o.slot_bytes);
   }
   return ring_.get();
 }
@@ -361,13 +526,36 @@ Result<Copier*> Backend::copier(int device) {
   auto& c = copiers_[static_cast<size_t>(device)];
   if (!c) {
     WL_ASSIGN_OR_RETURN(RingOptions o, ring_options());
+    touch_context_locked(device);
+    const auto t0 = std::chrono::steady_clock::now();
     WL_ASSIGN_OR_RETURN(c, Copier::create(api_, device, o.streams, r));
+    add_cost(&ProcessCosts::copier_ms, ms_since(t0));
   }
   return c.get();
 }
 
+Backend::FillDummyFn Backend::fill_dummy() {
+  std::call_once(kernels_once_, [&] {
+    fill_dummy_ = api_.fill_dummy;
+    kernels_reason_ = api_.kernels_reason;
+    if (api_.kernels_loaded || api_.kind != BackendKind::kCuda) return;
+    if (const WlCudaApi* k = load_kernels(&kernels_reason_)) fill_dummy_ = k->fill_dummy;
+  });
+  return fill_dummy_;
+}
+
+std::string Backend::kernels_reason() {
+  (void)fill_dummy();
+  return kernels_reason_;
+}
+
 const CuFile& Backend::cufile() {
   std::call_once(cufile_once_, [&] {
+    const auto t0 = std::chrono::steady_clock::now();
+    struct Timed {
+      std::chrono::steady_clock::time_point t0;
+      ~Timed() { add_cost(&ProcessCosts::cufile_ms, ms_since(t0)); }
+    } timed{t0};
     if (api_.kind == BackendKind::kFake) {
       cufile_.fn = api_.fake_cufile;
       if (!cufile_.fn) cufile_.reason = "cuFile is not installed (fake backend)";
@@ -383,6 +571,13 @@ const CuFile& Backend::cufile() {
     cufile_ = load_cufile(api_, &cufile_fn_);
   });
   return cufile_;
+}
+
+std::string Backend::gds_verdict(int device, uint64_t fs_id, const std::function<std::string()>& decide) {
+  std::lock_guard lk(gds_mu_);  // one decision at a time: each may open cuFile
+  auto key = std::make_pair(device, fs_id);
+  if (auto it = gds_verdicts_.find(key); it != gds_verdicts_.end()) return it->second;
+  return gds_verdicts_[key] = decide();
 }
 
 const Nccl& Backend::nccl() {
@@ -416,11 +611,12 @@ Status set_device(const Api& api, int device) {
 }
 
 Status launch_fill_dummy(int kind, void* device_ptr, uint64_t numel, const dummy::Params& params, int device) {
-  const Api& a = backend().api();
-  WL_RETURN_IF_ERROR(require_device(a, device));
-  if (!a.fill_dummy) return Status::Unavailable(a.kernels_reason);
+  Backend& b = backend();
+  WL_RETURN_IF_ERROR(require_device(b.api(), device));
+  auto fill = b.fill_dummy();
+  if (!fill) return Status::Unavailable(b.kernels_reason());
   char err[256] = {};
-  if (a.fill_dummy(device, kind, device_ptr, numel, &params, err, sizeof err) != 0)
+  if (fill(device, kind, device_ptr, numel, &params, err, sizeof err) != 0)
     return Status::IoError(std::string("CUDA: ") + err);
   return Status();
 }

@@ -61,6 +61,17 @@ Result<std::unique_ptr<Copier>> Copier::create(const Api& api, int device, int s
       return cuda_error(api, rc, fmt::format("cudaStreamCreateWithFlags on cuda:{}", device));
     c->streams_.push_back(s);
   }
+  int ro = 0;
+  c->host_register_ = api.rt.hostRegister && api.rt.deviceGetAttribute &&
+                      api.rt.deviceGetAttribute(&ro, kCudaDevAttrHostRegisterReadOnlySupported, device) == 0 && ro == 1;
+  // An event per slot (and a few spare) now, not during the first load.
+  for (uint32_t i = 0; i < ring->slots() + 4; ++i) {
+    void* e = nullptr;
+    if (int rc = api.rt.eventCreateWithFlags(&e, kCudaEventDisableTiming); rc != 0)
+      return cuda_error(api, rc, fmt::format("cudaEventCreateWithFlags on cuda:{}", device));
+    c->all_events_.push_back(e);
+    c->events_.push_back(e);
+  }
   c->thread_ = std::thread([p = c.get()] { p->run(); });
   return c;
 }
@@ -115,8 +126,14 @@ Status Copier::submit(UploadTracker* owner, uint32_t slot, std::span<const Uploa
       break;
     }
   }
-  // The slot may be read by copies already queued: it returns to the ring
-  // only after an event behind them, whatever happened.
+  return finish_submit(owner, slot, stream, std::move(copy_status), std::move(done));
+}
+
+Status Copier::finish_submit(UploadTracker* owner, uint32_t slot, void* stream, Status copy_status,
+                             std::function<void(Status)> done) {
+  // The source may be read by copies already queued: a slot returns to the
+  // ring (registered memory may be unregistered) only after an event behind
+  // them, whatever happened.
   auto ev = take_event();
   if (ev.ok()) {
     if (int rc = api_.rt.eventRecord(*ev, stream); rc != 0) {
@@ -127,7 +144,7 @@ Status Copier::submit(UploadTracker* owner, uint32_t slot, std::span<const Uploa
   }
   if (!ev.ok()) {
     (void)api_.rt.streamSynchronize(stream);
-    ring_->release(slot);
+    if (slot != kNoSlot) ring_->release(slot);
     return copy_status.ok() ? ev.status() : copy_status;
   }
   owner->add();
@@ -138,6 +155,35 @@ Status Copier::submit(UploadTracker* owner, uint32_t slot, std::span<const Uploa
   cv_.notify_all();
   return copy_status;
 }
+
+Status Copier::submit_host(UploadTracker* owner, std::span<const HostCopy> copies, std::function<void(Status)> done) {
+  WL_RETURN_IF_ERROR(set_device(api_, device_));
+  void* stream = streams_[next_stream_++ % streams_.size()];
+  Status copy_status;
+  for (const HostCopy& c : copies) {
+    if (c.size == 0) continue;
+    if (int rc = api_.rt.memcpyAsync(c.dst, c.src, static_cast<size_t>(c.size), kCudaMemcpyHostToDevice, stream);
+        rc != 0) {
+      copy_status = cuda_error(api_, rc, fmt::format("cudaMemcpyAsync of {} bytes to cuda:{}", c.size, device_));
+      break;
+    }
+  }
+  return finish_submit(owner, kNoSlot, stream, std::move(copy_status), std::move(done));
+}
+
+Status Copier::register_host(const std::byte* p, uint64_t n) {
+  if (!host_register_) return Status::Unimplemented(fmt::format("cuda:{} cannot register host memory read-only", device_));
+  const uint64_t len = (n + 4095) & ~uint64_t{4095};
+  if (int rc = api_.rt.hostRegister(const_cast<std::byte*>(p), static_cast<size_t>(len),
+                                    kCudaHostRegisterPortable | kCudaHostRegisterReadOnly);
+      rc != 0) {
+    (void)api_.rt.getLastError();  // not sticky, but clear it for the runtime's next caller
+    return Status::Unimplemented(cuda_error(api_, rc, fmt::format("cudaHostRegister of {} bytes (read-only)", len)).message());
+  }
+  return Status();
+}
+
+void Copier::unregister_host(const std::byte* p) { (void)api_.rt.hostUnregister(const_cast<std::byte*>(p)); }
 
 void Copier::run() {
   (void)set_device(api_, device_);
@@ -156,7 +202,7 @@ void Copier::run() {
       std::lock_guard lk(events_mu_);
       events_.push_back(s.event);
     }
-    ring_->release(s.slot);  // before `done`: readers go on while the sink runs
+    if (s.slot != kNoSlot) ring_->release(s.slot);  // before `done`: readers go on while the sink runs
     if (s.done) s.done(st);
     s.owner->done(s.done ? st : Status());
   }

@@ -73,22 +73,34 @@ class Copier {
   // event, also when this fails (then `done` is not called).
   Status submit(UploadTracker* owner, uint32_t slot, std::span<const UploadCopy> copies,
                 std::function<void(Status)> done);
+  // Copies out of registered host memory (no slot); `done` as submit().
+  Status submit_host(UploadTracker* owner, std::span<const HostCopy> copies, std::function<void(Status)> done);
+  // cudaHostRegister(read-only) of [p, p+n) / its undoing; whether the device
+  // supports read-only registration (its attribute, asked at creation).
+  Status register_host(const std::byte* p, uint64_t n);
+  void unregister_host(const std::byte* p);
+  bool host_register_supported() const { return host_register_; }
 
  private:
+  static constexpr uint32_t kNoSlot = ~0u;
   struct Submission {
     void* event = nullptr;
-    uint32_t slot = 0;
+    uint32_t slot = 0;  // kNoSlot: copies out of registered host memory
     UploadTracker* owner = nullptr;
     std::function<void(Status)> done;  // empty: the submit failed
   };
   Copier(const Api& api, int device, Ring* ring) : api_(api), device_(device), ring_(ring) {}
   Result<void*> take_event();
+  // Records an event behind `copy_status`'s copies on `stream` and queues the submission.
+  Status finish_submit(UploadTracker* owner, uint32_t slot, void* stream, Status copy_status,
+                       std::function<void(Status)> done);
   void run();
 
   const Api& api_;
   const int device_;
   Ring* ring_;
   std::vector<void*> streams_;
+  bool host_register_ = false;
   std::atomic<uint64_t> next_stream_{0};
   std::mutex events_mu_;
   std::vector<void*> events_;      // free
@@ -110,6 +122,13 @@ class RingUploader : public Uploader {
   void release(StagingSlot slot) override { ring_->release(slot.id); }
   Status flush() override { return tracker_.wait(); }
   void cancel() override;
+  uint32_t slot_count() const override { return ring_->slots(); }
+  bool host_copies() const override { return copier_->host_register_supported(); }
+  Status register_host(const std::byte* p, uint64_t n) override { return copier_->register_host(p, n); }
+  void unregister_host(const std::byte* p) override { copier_->unregister_host(p); }
+  Status submit_host(std::span<const HostCopy> copies, std::function<void(Status)> done) override {
+    return copier_->submit_host(&tracker_, copies, std::move(done));
+  }
   // A new load: cancel() and earlier copy errors forgotten (after they completed).
   void reset() {
     tracker_.reset();
