@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <thread>
 
 #include "engine_test_util.h"
@@ -13,6 +14,7 @@
 #include "gpu/fake.h"
 #include "test_util.h"
 #include "thread_collective.h"
+#include "weightlift/gpu.h"
 
 namespace wl {
 namespace {
@@ -383,6 +385,40 @@ TEST_F(DistributedFakeGpu, ADeviceCollectiveExchangesThroughDeviceMemory) {
       EXPECT_EQ(x.tensors, single);
     }
     EXPECT_GT(gpu::fake::stats().device_allocs.load(), 0u);
+  }
+}
+
+TEST_F(DistributedFakeGpu, HostCollectiveIntoCudaDestinations) {
+  // torch.distributed's gloo group with each rank loading to its GPU (the
+  // fastsafetensors iterator's road): the destination's ring is made on the
+  // first use, though the distributed loader never calls its reserve().
+  auto single = *load_all(files_, LoadOptions{});
+  ThreadGroup g(2);
+  std::vector<std::map<std::string, std::string>> got(2);
+  std::vector<Status> st(2);
+  std::vector<std::thread> ts;
+  for (int r = 0; r < 2; ++r)
+    ts.emplace_back([&, r] {
+      auto member = g.member(r);
+      auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+      if (!dest.ok()) return void(st[static_cast<size_t>(r)] = dest.status());
+      LoadOptions o;
+      o.collective = member.get();
+      o.block_size = 4096;
+      o.direct = Toggle::kOff;
+      o.destination = dest->get();
+      auto res = load_files(files_, o, [&](LoadedTensor&& t) -> Status {
+        std::string bytes(t.view.nbytes(), '\0');
+        WL_RETURN_IF_ERROR(gpu::copy_to_host(t.view, std::as_writable_bytes(std::span(bytes.data(), bytes.size()))));
+        got[static_cast<size_t>(r)][t.name] = std::move(bytes);
+        return Status();
+      });
+      st[static_cast<size_t>(r)] = res.status();
+    });
+  for (auto& t : ts) t.join();
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_TRUE(st[static_cast<size_t>(r)].ok()) << st[static_cast<size_t>(r)].to_string();
+    EXPECT_EQ(got[static_cast<size_t>(r)], single) << "rank " << r;
   }
 }
 

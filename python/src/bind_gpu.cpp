@@ -5,10 +5,12 @@
 #include <string>
 
 #include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "weightlift/dummy.h"
 #include "weightlift/gpu.h"
 
 namespace wlpy {
@@ -35,6 +37,55 @@ void bind_gpu(nb::module_& m) {
   m.def("gpu_device_count", [] { return wl::gpu::device_count(); });
   m.def("gpu_unavailable_reason", [] { return wl::gpu::unavailable_reason(); });
   m.def("gpu_backend_name", [] { return wl::gpu::backend_name(); });
+  // What the first device load of this process paid once (gpu.h ProcessCosts), in ms.
+  m.def("gpu_process_costs", [] {
+    wl::gpu::ProcessCosts c = wl::gpu::process_costs();
+    nb::dict d;
+    d["detect_ms"] = c.detect_ms, d["kernels_ms"] = c.kernels_ms, d["context_ms"] = c.context_ms;
+    d["ring_ms"] = c.ring_ms, d["ring_bytes"] = c.ring_bytes, d["copier_ms"] = c.copier_ms;
+    d["gds_probe_ms"] = c.gds_probe_ms, d["cufile_ms"] = c.cufile_ms;
+    d["first_allocation_ms"] = c.first_allocation_ms, d["warm_up"] = c.warm_up;
+    d["text"] = c.to_string();
+    return d;
+  });
+  // Starts the first device load's one-time work on a background thread (gpu.h warm_up).
+  m.def("gpu_warm_up", [](const std::string& device) {
+    wl::Device d = unwrap(wl::parse_device(device));
+    nb::gil_scoped_release nogil;
+    wl::gpu::warm_up(d);
+  });
+  // A host copy of a 1-D uint8 array of device memory (kDLCUDA; host arrays are copied too).
+  m.def("gpu_copy_to_host", [](nb::ndarray<uint8_t, nb::ndim<1>, nb::c_contig> a) {
+    const bool cuda = a.device_type() == nb::device::cuda::value;
+    wl::Device d = cuda ? wl::Device{wl::DeviceKind::kCuda, a.device_id()} : wl::kCpu;
+    const auto n = static_cast<size_t>(a.shape(0));
+    wl::TensorView v(wl::DType::U8, {static_cast<int64_t>(n)},
+                     std::span<const std::byte>(reinterpret_cast<const std::byte*>(a.data()), n), nullptr, d);
+    auto host = std::make_shared<wl::Buffer>(unwrap(wl::Buffer::allocate(std::max<size_t>(n, 1))));
+    {
+      nb::gil_scoped_release nogil;
+      check(wl::gpu::copy_to_host(v, host->span().first(n)));
+    }
+    return bytes_array(std::span<const std::byte>(host->data(), n), host);
+  });
+  // Dummy weights filled in device memory (the CUDA kernel; gpu.h fill_dummy_device).
+  m.def(
+      "fill_dummy_device",
+      [](const std::string& dtype, uintptr_t ptr, uint64_t numel, double low, double high, uint64_t seed, int device) {
+        auto dt = wl::dtype_from_name(dtype);
+        if (!dt) raise(wl::Status::InvalidArgument("unknown dtype '" + dtype + "'"));
+        nb::gil_scoped_release nogil;
+        check(wl::gpu::fill_dummy_device(*dt, reinterpret_cast<void*>(ptr), numel,
+                                         wl::DummyOptions{low, high, seed, 0}, device));
+      },
+      "dtype"_a, "ptr"_a, "numel"_a, "low"_a, "high"_a, "seed"_a, "device"_a);
+  // (address, kDLCUDA array owning it) of n bytes of device memory (tests: a stand-in for a parameter).
+  m.def("gpu_empty", [](uint64_t n, int device) {
+    auto buf = std::make_shared<wl::gpu::DeviceBuffer>(unwrap(wl::gpu::DeviceBuffer::allocate(n, device)));
+    auto ptr = reinterpret_cast<uintptr_t>(buf->data());
+    return nb::make_tuple(ptr, bytes_array(std::span<const std::byte>(static_cast<const std::byte*>(buf->data()), n),
+                                           buf, wl::Device{wl::DeviceKind::kCuda, device}));
+  });
   // (dtype, shape, bytes) of nbytes at `offset` of `path`, on `device`.
   m.def(
       "read_to_device",

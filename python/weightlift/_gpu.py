@@ -10,6 +10,12 @@ tensors that own their memory (DLPack), on torch's current CUDA device, in
 file order and, within a file, in offset order. Without a usable GPU they
 raise before reading anything, naming what is missing (a CUDA build of torch,
 a device, the NVIDIA driver, the CUDA runtime).
+
+Test seam: with the fake GPU backend (WEIGHTLIFT_GPU_BACKEND=fake) and
+WEIGHTLIFT_TEST_TORCH_CUDA=N, this module answers as if torch had CUDA with
+current device N, and device tensors come back as host copies (a torch
+without CUDA cannot hold them), so every device entry point runs end to end
+in CPU-only CI. Outside the fake backend the variable changes nothing.
 """
 from __future__ import annotations
 
@@ -20,7 +26,7 @@ from typing import Any
 
 import torch
 
-from . import _core, _distributed
+from . import _core, _distributed, _tensors
 from ._engine import iterate
 from ._files import natural_sort
 from ._log import log_once
@@ -28,12 +34,29 @@ from ._tensors import to_torch
 
 # ---- devices ----------------------------------------------------------------------------
 
+TEST_SEAM_ENV = "WEIGHTLIFT_TEST_TORCH_CUDA"
+
+
+def test_seam_device() -> int | None:
+    """The seam's current device (see the module's docstring): N when
+    WEIGHTLIFT_TEST_TORCH_CUDA=N and the engine runs the fake GPU backend,
+    else None. While it answers, device arrays become host copies."""
+    value = os.environ.get(TEST_SEAM_ENV, "").strip()
+    if not value or os.environ.get("WEIGHTLIFT_GPU_BACKEND") != "fake":
+        return None
+    if not _core.gpu_backend_name().startswith("fake"):
+        return None
+    _tensors.DEVICE_ARRAYS_AS_HOST_COPIES = True
+    return int(value)
+
 
 def cuda_unavailable_reason() -> str:
     """Why no CUDA device can receive weights ("" when one can): torch's side
     (a CPU-only build, no device) and weightlift's own (driver, runtime)."""
     why = []
-    if getattr(torch.version, "cuda", None) is None:
+    if test_seam_device() is not None:
+        pass  # torch "has" CUDA: the fake backend's devices
+    elif getattr(torch.version, "cuda", None) is None:
         why.append(f"this torch ({torch.__version__}) is a CPU-only build, without CUDA")
     elif not torch.cuda.is_available():
         why.append("torch sees no CUDA device")
@@ -45,10 +68,19 @@ def cuda_unavailable_reason() -> str:
 
 def current_cuda_device(what: str = "loading to CUDA") -> str:
     """'cuda:N' for torch's current CUDA device; RuntimeError naming what is missing."""
+    _require_cuda(what)
+    seam = test_seam_device()
+    device = f"cuda:{seam if seam is not None else torch.cuda.current_device()}"
+    # The first load's one-time work (context, pinned ring, copier) starts
+    # now, overlapping what comes before the load's first read.
+    _core.gpu_warm_up(device)
+    return device
+
+
+def _require_cuda(what: str) -> None:
     why = cuda_unavailable_reason()
     if why:
         raise RuntimeError(f"{what} needs a CUDA device: {why}")
-    return f"cuda:{torch.cuda.current_device()}"
 
 
 def _device_name(device: Any, what: str) -> str:
@@ -61,7 +93,8 @@ def _device_name(device: Any, what: str) -> str:
     if d == "cuda":
         return current_cuda_device(what)
     if d.startswith("cuda:"):
-        current_cuda_device(what)
+        _require_cuda(what)
+        _core.gpu_warm_up(d)
         return d
     raise ValueError(f"unknown device {device!r} (expected cpu, pinned, cuda or cuda:N)")
 
@@ -180,6 +213,17 @@ def safetensors_tensor_to_device(sf, name: str, device: Any, raw_dtypes: bool | 
             d, s, data = _core.read_to_device(sf.path, offset, dtype, shape, dev)
             return to_torch(d, s, data, name, sf.path, raw_dtypes)
     raise KeyError(f"{sf.path}: no tensor named '{name}'")
+
+
+def load_file_to_device(path: str, device: Any, raw_dtypes: bool | None = None) -> dict[str, torch.Tensor]:
+    """Every tensor of a safetensors file on `device` ("cuda", "cuda:N"), by
+    sorted name (as safetensors' load_file): one engine load through the
+    pinned ring (or GPUDirect Storage where the platform has it), the reads
+    overlapping the copies, into one device allocation."""
+    dev = _device_name(device, "load_file(device=...)")
+    out = dict(iterate([os.fspath(path)], max_queued_bytes=1 << 62, ordered=True, raw_dtypes=raw_dtypes,
+                       strategy="stream", device=dev, gds="auto"))
+    return {k: out[k] for k in sorted(out)}
 
 
 def _single_cuda_target(map_location) -> str | None:

@@ -79,6 +79,10 @@ def initialize_single_dummy_weight(param: torch.Tensor, low: float = -1e-3, high
     name = TORCH_TO_NAME.get(param.dtype)
     if name is None or not _core.dummy_fills(name):
         raise NotImplementedError(f"dummy weights of dtype {param.dtype} are not supported")
+    if param.device.type == "cuda" and param.is_contiguous() and param.numel():
+        index = param.device.index if param.device.index is not None else torch.cuda.current_device()
+        if fill_dummy_on_device(name, param.data_ptr(), param.numel(), index, low, high, seed):
+            return
     host = param.data
     if host.device.type != "cpu" or not host.is_contiguous():
         host = torch.empty(param.shape, dtype=param.dtype)
@@ -86,6 +90,21 @@ def initialize_single_dummy_weight(param: torch.Tensor, low: float = -1e-3, high
         _core.fill_dummy(name, host.data_ptr(), host.numel() * host.element_size(), host.numel(), low, high, seed)
     if host is not param.data:
         param.data.copy_(host)
+
+
+def fill_dummy_on_device(dtype: str, ptr: int, numel: int, device: int, low: float, high: float, seed: int) -> bool:
+    """Dummy values written by the engine's CUDA kernel straight into device
+    memory at `ptr` (the same bytes as the host fill); False when the
+    kernels library (libweightlift_cuda.so) cannot be loaded, logged once
+    (the caller then fills on the host and copies)."""
+    try:
+        _core.fill_dummy_device(dtype, ptr, numel, low, high, seed, device)
+        return True
+    except ConnectionError as e:  # kUnavailable: the kernels library is missing
+        if "libweightlift_cuda" not in str(e):
+            raise
+        log_once(logging.WARNING, "dummy weights are filled on the host and copied: %s", e)
+        return False
 
 
 # ---- name remapping ---------------------------------------------------------------------------------

@@ -317,10 +317,15 @@ class safe_open:  # noqa: N801 - the safetensors name
         return t
 
     def get_tensors(self) -> dict[str, Any]:
-        """Every tensor, as a dict in file (offset) order."""
+        """Every tensor, as a dict in file (offset) order; to a CUDA device in
+        one engine load (reads overlapping the copies through the pinned ring,
+        one device allocation), as load_file does, not a staged copy per tensor."""
         f = self._file()
         if self._cuda:
-            return {n: self._to_cuda(f, n) for n in f.offset_names()}
+            from . import _gpu
+
+            loaded = _gpu.load_file_to_device(f.path, self._device, self._raw)
+            return {n: loaded[n] for n in f.offset_names()}
         if self._np and self._mapped:
             arr = self._np_array
             return {loc[0]: arr(f, loc[0], loc[1:]) for loc in f.locate_all(True)}

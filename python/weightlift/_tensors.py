@@ -82,8 +82,30 @@ def _unsupported(dtype: str, name: str, file: str | None, what: str) -> TypeErro
     )
 
 
+# Test seam (set by _gpu.py, only under the fake GPU backend): device arrays
+# are handed over as host copies, for a torch without CUDA (see _gpu.test_seam_device).
+DEVICE_ARRAYS_AS_HOST_COPIES = False
+_KDLCUDA = 2
+
+
+def _dlpack_device_type(data) -> int:
+    """The DLPack device type of an array or a 'dltensor' capsule (DLManagedTensor
+    starts with DLTensor {void* data; DLDevice {int32 type; int32 id}; ...})."""
+    if hasattr(data, "__dlpack_device__"):
+        return int(data.__dlpack_device__()[0])
+    import ctypes
+
+    get = ctypes.pythonapi.PyCapsule_GetPointer
+    get.restype, get.argtypes = ctypes.c_void_p, [ctypes.py_object, ctypes.c_char_p]
+    return ctypes.c_int32.from_address(get(data, b"dltensor") + ctypes.sizeof(ctypes.c_void_p)).value
+
+
 def to_torch(dtype: str, shape, data, name: str = "", file: str | None = None, raw_dtypes: bool | None = None):
     """A torch tensor over `data` (1-D uint8 array) of the given dtype and shape, zero-copy."""
+    if DEVICE_ARRAYS_AS_HOST_COPIES and _dlpack_device_type(data) == _KDLCUDA:
+        from . import _core
+
+        data = _core.gpu_copy_to_host(data)
     t = _dlpack.from_dlpack(data)
     tdt = TORCH_DTYPES.get(dtype)
     shape = tuple(shape)

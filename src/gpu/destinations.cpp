@@ -260,21 +260,33 @@ class CudaUploader final : public Uploader {
  public:
   CudaUploader(CudaDestination* dest, Toggle policy, Backend& b, int device)
       : dest_(dest), policy_(policy), device_(device), direct_(b, device) {}
-  uint64_t slot_bytes() const override { return ring_ ? ring_->slot_bytes() : 0; }
-  Result<StagingSlot> acquire() override { return ring_->acquire(); }
+  uint64_t slot_bytes() const override { return ring() ? ring_->slot_bytes() : 0; }
+  Result<StagingSlot> acquire() override {
+    if (!ring()) return ring_status_;
+    return ring_->acquire();
+  }
   Status submit(StagingSlot slot, std::span<const UploadCopy> copies, std::function<void(Status)> done) override {
+    if (!ring()) return ring_status_;
     return ring_->submit(slot, copies, std::move(done));
   }
-  void release(StagingSlot slot) override { ring_->release(slot); }
-  Status flush() override { return ring_ ? ring_->flush() : Status(); }
-  void cancel() override {
-    if (ring_) ring_->cancel();
+  void release(StagingSlot slot) override {
+    if (ring()) ring_->release(slot);
   }
-  uint32_t slot_count() const override { return ring_ ? ring_->slot_count() : 0; }
-  bool host_copies() const override { return ring_ && ring_->host_copies(); }
-  Status register_host(const std::byte* p, uint64_t n) override { return ring_->register_host(p, n); }
-  void unregister_host(const std::byte* p) override { ring_->unregister_host(p); }
+  Status flush() override { return made_.load() ? ring_->flush() : Status(); }
+  void cancel() override {
+    if (made_.load()) ring_->cancel();
+  }
+  uint32_t slot_count() const override { return ring() ? ring_->slot_count() : 0; }
+  bool host_copies() const override { return ring() && ring_->host_copies(); }
+  Status register_host(const std::byte* p, uint64_t n) override {
+    if (!ring()) return ring_status_;
+    return ring_->register_host(p, n);
+  }
+  void unregister_host(const std::byte* p) override {
+    if (ring()) ring_->unregister_host(p);
+  }
   Status submit_host(std::span<const HostCopy> copies, std::function<void(Status)> done) override {
+    if (!ring()) return ring_status_;
     return ring_->submit_host(copies, std::move(done));
   }
   Toggle direct_wish() const override { return policy_; }
@@ -285,11 +297,9 @@ class CudaUploader final : public Uploader {
   Status read_direct(const RandomAccessFile& file, uint64_t offset, std::byte* dst, uint64_t n) override {
     return direct_.read(file, offset, dst, n);
   }
-  // A new load: the ring (made or waited for now), cancel() and errors forgotten.
+  // A new load: the ring (made, or waited for, now), cancel() and errors forgotten.
   Status new_load() {
-    if (!ring_) {
-      WL_ASSIGN_OR_RETURN(ring_, ring_uploader(device_));
-    }
+    if (!ring()) return ring_status_;
     ring_->reset();
     return Status();
   }
@@ -299,7 +309,24 @@ class CudaUploader final : public Uploader {
   }
 
  private:
-  std::unique_ptr<RingUploader> ring_;
+  // The ring and this device's copier, taken on first use (not when the
+  // destination is made: warm_up() may still be making them).
+  RingUploader* ring() const {
+    std::call_once(ring_once_, [&] {
+      auto r = ring_uploader(device_);
+      if (r.ok()) {
+        ring_ = std::move(*r);
+        made_ = true;
+      } else {
+        ring_status_ = r.status();
+      }
+    });
+    return ring_.get();
+  }
+  mutable std::once_flag ring_once_;
+  mutable std::unique_ptr<RingUploader> ring_;
+  mutable Status ring_status_;
+  mutable std::atomic<bool> made_{false};
   CudaDestination* dest_;
   const Toggle policy_;
   const int device_;
