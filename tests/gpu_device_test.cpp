@@ -874,6 +874,65 @@ TEST_F(FakeGpu, WarmUpMakesTheRingAndCopierAheadOfTheFirstLoad) {
   EXPECT_FALSE(gpu::backend().ring_created());
 }
 
+TEST_F(FakeGpu, StreamRingGrowsWhileALoadRuns) {
+  // 20 slots: the first 8 now, 8 + 4 more on the ring's own thread while the
+  // load already runs on the first ones (each cudaHostAlloc takes 100 ms here).
+  gpu::fake::install({.copy_delay = std::chrono::microseconds(30),
+                      .host_alloc_delay = std::chrono::milliseconds(100)});
+  ASSERT_TRUE(gpu::set_ring_options({20, kSlot, 2}).ok());
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  auto want = load_all(files, {});
+  gpu::Ring* ring = *gpu::backend().ring();
+  EXPECT_EQ(ring->slots(), 20u);
+  EXPECT_EQ(ring->free_slots(), 8u);  // the rest is still being pinned
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+  LoadOptions o;
+  o.strategy = Strategy::kStream;
+  o.threads = 6;
+  o.destination = dest->get();
+  auto got = load_back(files, o);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, *want);
+  EXPECT_EQ(ring->wait_grown(), 20u);
+  EXPECT_EQ(ring->free_slots(), 20u);
+  EXPECT_EQ(stats().pinned_allocs.load(), 3u);  // blocks of 8, 8 and 4 slots
+  EXPECT_EQ(stats().slot_overwrites.load(), 0u);
+  EXPECT_GT(gpu::process_costs().ring_grow_ms, 0.0);
+  // A second, grown load uses slots from every block.
+  got = load_back(files, o);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, *want);
+  EXPECT_EQ(stats().slot_overwrites.load(), 0u);
+  // WEIGHTLIFT_RING_GROW=0: every block before the ring is handed out.
+  ScopedEnv now("WEIGHTLIFT_RING_GROW", "0");
+  gpu::fake::install({.host_alloc_delay = std::chrono::milliseconds(20)});
+  ASSERT_TRUE(gpu::set_ring_options({20, kSlot, 2}).ok());
+  EXPECT_EQ((*gpu::backend().ring())->free_slots(), 20u);
+  EXPECT_EQ(stats().pinned_allocs.load(), 3u);
+}
+
+TEST_F(FakeGpu, StreamRingThatCannotGrowStillLoads) {
+  // Pinned memory runs out after the first block: the ring stays at 8 slots
+  // and loads still run (every slot returned, the bytes right).
+  gpu::fake::install({.pinned_limit_bytes = 8 * kSlot});
+  ASSERT_TRUE(gpu::set_ring_options({20, kSlot, 2}).ok());
+  gpu::Ring* ring = *gpu::backend().ring();
+  EXPECT_EQ(ring->wait_grown(), 8u);
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  auto want = load_all(files, {});
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+  LoadOptions o;
+  o.strategy = Strategy::kStream;
+  o.threads = 6;
+  o.destination = dest->get();
+  auto got = load_back(files, o);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, *want);
+  EXPECT_EQ(ring->free_slots(), 8u);
+}
+
 TEST(GpuRing, MachineRingFollowsCoresAndMemory) {
   auto r = gpu::machine_ring_options(2, uint64_t{24} << 30);
   EXPECT_EQ(r.slots, 8u);

@@ -135,15 +135,20 @@ door instanttensor instanttensor
 door load_file load_file
 door safetensors safetensors
 door fastsafetensors-nowarmup fastsafetensors WEIGHTLIFT_GPU_WARMUP=0 WL_DOOR_LOADS=2 WL_DOOR_CHECK=0
+door fastsafetensors-wholering fastsafetensors WEIGHTLIFT_RING_GROW=0 WL_DOOR_LOADS=2 WL_DOOR_CHECK=0
 door dummy dummy
-for d in fastsafetensors instanttensor load_file safetensors fastsafetensors-nowarmup; do
+for d in fastsafetensors instanttensor load_file safetensors fastsafetensors-nowarmup fastsafetensors-wholering; do
   f=$OUT/door-$d.json
   na=$(jq_ "$f" na)
   label="python $d"; [ "$d" = safetensors ] && label="peer: safetensors load_file(device=cuda)"
   [ "$d" = fastsafetensors-nowarmup ] && label="A/B: python fastsafetensors, no warm-up"
+  [ "$d" = fastsafetensors-wholering ] && label="A/B: python fastsafetensors, whole ring pinned first"
   if [ -n "$na" ]; then add "$label ($na)" "n/a" ""; continue; fi
   add "$label, first load" "$(jq_ "$f" first_gbps)" "$(jq_ "$f" peak_rss_mib)"
-  [ "$d" = fastsafetensors-nowarmup ] || add "$label, steady" "$(jq_ "$f" steady_gbps)" "$(jq_ "$f" peak_rss_mib)"
+  case $d in
+    *-nowarmup | *-wholering) ;;
+    *) add "$label, steady" "$(jq_ "$f" steady_gbps)" "$(jq_ "$f" peak_rss_mib)" ;;
+  esac
 done
 
 # ---- cold ----------------------------------------------------------------------------------------

@@ -85,7 +85,8 @@ struct ProcessCosts {
   double detect_ms = 0;   // the function table: libcuda and cuInit, the runtime (/proc/self/maps, dlopen)
   double kernels_ms = 0;  // dlopen of libweightlift_cuda.so (dummy weights, or the runtime it carries)
   double context_ms = 0;  // the devices' primary contexts (none here when torch made them first)
-  double ring_ms = 0;     // cudaHostAlloc of the pinned ring (its pages are resident: no first touch)
+  double ring_ms = 0;     // cudaHostAlloc of the ring's first 8 slots (pages resident: no first touch)
+  double ring_grow_ms = 0;  // the rest of the ring, pinned on a thread of its own while loads run
   uint64_t ring_bytes = 0;
   double copier_ms = 0;      // copy streams, their events and the completion thread
   double gds_probe_ms = 0;   // GPUDirect Storage's platform checks (/proc, /sys), per filesystem

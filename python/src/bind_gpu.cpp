@@ -42,7 +42,8 @@ void bind_gpu(nb::module_& m) {
     wl::gpu::ProcessCosts c = wl::gpu::process_costs();
     nb::dict d;
     d["detect_ms"] = c.detect_ms, d["kernels_ms"] = c.kernels_ms, d["context_ms"] = c.context_ms;
-    d["ring_ms"] = c.ring_ms, d["ring_bytes"] = c.ring_bytes, d["copier_ms"] = c.copier_ms;
+    d["ring_ms"] = c.ring_ms, d["ring_grow_ms"] = c.ring_grow_ms, d["ring_bytes"] = c.ring_bytes;
+    d["copier_ms"] = c.copier_ms;
     d["gds_probe_ms"] = c.gds_probe_ms, d["cufile_ms"] = c.cufile_ms;
     d["first_allocation_ms"] = c.first_allocation_ms, d["warm_up"] = c.warm_up;
     d["text"] = c.to_string();

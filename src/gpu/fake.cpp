@@ -233,6 +233,10 @@ int device_free(void* p) {
 }
 
 int host_alloc(void** out, size_t n, unsigned) {
+  if (S().o.host_alloc_delay.count() > 0) std::this_thread::sleep_for(S().o.host_alloc_delay);
+  if (S().o.pinned_limit_bytes > 0 && g_stats.pinned_live + static_cast<int64_t>(n) >
+                                          static_cast<int64_t>(S().o.pinned_limit_bytes))
+    return kCudaErrorMemoryAllocation;
   auto host = Buffer::allocate(std::max<size_t>(n, 1), 4096);
   if (!host.ok()) return kCudaErrorMemoryAllocation;
   State& s = S();

@@ -26,6 +26,8 @@ struct Options {
   int devices = 1;
   uint64_t memory_per_device = uint64_t{64} << 30;  // allocations past it fail (out of memory)
   std::chrono::microseconds copy_delay{0};          // every async copy sleeps this long first
+  std::chrono::microseconds host_alloc_delay{0};    // every cudaHostAlloc sleeps this long first
+  uint64_t pinned_limit_bytes = 0;                  // cudaHostAlloc past it fails (0: no limit)
   int64_t fail_copy_at = -1;          // the Nth async copy (0-based, all streams) fails on its stream
   bool cufile = true;                 // cuFile present
   bool cufile_driver_fails = false;   // cuFileDriverOpen fails

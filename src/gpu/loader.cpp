@@ -387,7 +387,8 @@ std::string ProcessCosts::to_string() const {
   part("detect", detect_ms);
   part("kernels library", kernels_ms);
   part("context", context_ms);
-  if (ring_ms > 0) part(fmt::format("ring {} MiB", ring_bytes >> 20).c_str(), ring_ms);
+  if (ring_ms > 0) part(fmt::format("ring {} MiB (first 8 slots)", ring_bytes >> 20).c_str(), ring_ms);
+  part("the ring's other slots, in the background", ring_grow_ms);
   part("copier", copier_ms);
   part("GDS platform probe", gds_probe_ms);
   part("cuFile open", cufile_ms);

@@ -1,5 +1,9 @@
 #include "gpu/ring.h"
 
+#include <chrono>
+#include <cstdlib>
+#include <string_view>
+
 #include <fmt/format.h>
 
 namespace wl::gpu {
@@ -8,20 +12,60 @@ namespace wl::gpu {
 
 Result<std::unique_ptr<Ring>> Ring::create(const Api& api, const RingOptions& o) {
   WL_RETURN_IF_ERROR(require_device(api, 0));
-  const uint64_t total = o.slot_bytes * o.slots;
+  std::unique_ptr<Ring> r(new Ring(api, o.slot_bytes, o.slots));
+  WL_RETURN_IF_ERROR(r->add_block(0));
+  const uint32_t blocks = static_cast<uint32_t>(r->blocks_.size());
+  const char* grow = std::getenv("WEIGHTLIFT_RING_GROW");
+  if (blocks > 1 && grow && std::string_view(grow) == "0") {
+    for (uint32_t b = 1; b < blocks; ++b) WL_RETURN_IF_ERROR(r->add_block(b));
+  } else if (blocks > 1) {
+    r->grower_ = std::thread([p = r.get(), blocks] {
+      const auto t0 = std::chrono::steady_clock::now();
+      for (uint32_t b = 1; b < blocks; ++b)
+        if (!p->add_block(b).ok()) break;  // the ring stays smaller: loads still run
+      add_cost(&ProcessCosts::ring_grow_ms, ms_since(t0));
+      std::lock_guard lk(p->mu_);
+      p->grown_ = true;
+      p->cv_.notify_all();
+    });
+    return r;
+  }
+  std::lock_guard lk(r->mu_);
+  r->grown_ = true;
+  return r;
+}
+
+Ring::Ring(const Api& api, uint64_t slot_bytes, uint32_t slots)
+    : api_(api), slot_bytes_(slot_bytes), slots_(slots), blocks_((slots + kBlock - 1) / kBlock, nullptr) {}
+
+Status Ring::add_block(uint32_t b) {
+  const uint32_t first = b * kBlock, n = std::min(kBlock, slots_ - first);
   void* p = nullptr;
-  if (int rc = api.rt.hostAlloc(&p, static_cast<size_t>(total), kCudaHostAllocPortable); rc != 0)
-    return cuda_error(api, rc, fmt::format("cudaHostAlloc of the {}x{} KiB pinned staging ring", o.slots,
-                                           o.slot_bytes >> 10));
-  return std::unique_ptr<Ring>(new Ring(api, static_cast<std::byte*>(p), o.slot_bytes, o.slots));
+  if (int rc = api_.rt.hostAlloc(&p, static_cast<size_t>(slot_bytes_ * n), kCudaHostAllocPortable); rc != 0)
+    return cuda_error(api_, rc, fmt::format("cudaHostAlloc of {} slots of {} KiB of the pinned staging ring", n,
+                                            slot_bytes_ >> 10));
+  {
+    std::lock_guard lk(mu_);
+    blocks_[b] = static_cast<std::byte*>(p);
+    // Under the free slots already there (those go first), lowest id on top.
+    for (uint32_t i = first; i < first + n; ++i) free_.insert(free_.begin(), i);
+    allocated_ += n;
+  }
+  cv_.notify_all();
+  return Status();
 }
 
-Ring::Ring(const Api& api, std::byte* base, uint64_t slot_bytes, uint32_t slots)
-    : api_(api), base_(base), slot_bytes_(slot_bytes), slots_(slots) {
-  for (uint32_t i = slots; i-- > 0;) free_.push_back(i);  // slot 0 first
+Ring::~Ring() {
+  if (grower_.joinable()) grower_.join();
+  for (std::byte* p : blocks_)
+    if (p) (void)api_.rt.freeHost(p);
 }
 
-Ring::~Ring() { (void)api_.rt.freeHost(base_); }
+uint32_t Ring::wait_grown() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return grown_; });
+  return allocated_;
+}
 
 std::optional<uint32_t> Ring::acquire(const std::function<bool()>& stop) {
   std::unique_lock lk(mu_);

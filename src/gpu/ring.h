@@ -32,30 +32,44 @@ namespace wl::gpu {
 
 class Ring {
  public:
+  // The first kBlock slots (all of a smaller ring) are allocated now; the
+  // rest, kBlock slots per cudaHostAlloc, on a thread of the ring's own, so
+  // the first load starts on the first block while the others are pinned
+  // (WEIGHTLIFT_RING_GROW=0: all of it now).
+  static constexpr uint32_t kBlock = 8;
   static Result<std::unique_ptr<Ring>> create(const Api& api, const RingOptions& options);
   ~Ring();
   Ring(const Ring&) = delete;
   Ring& operator=(const Ring&) = delete;
 
   uint64_t slot_bytes() const { return slot_bytes_; }
+  // Slots the ring has once grown (some may still be on their way).
   uint32_t slots() const { return slots_; }
   // A free slot, waiting while none is; nullopt once stop() is true (checked
   // whenever the ring changes and on wake_all()).
   std::optional<uint32_t> acquire(const std::function<bool()>& stop);
   void release(uint32_t id);
   void wake_all();
-  std::span<std::byte> bytes(uint32_t id) const { return {base_ + uint64_t{id} * slot_bytes_, slot_bytes_}; }
+  std::span<std::byte> bytes(uint32_t id) const {
+    return {blocks_[id / kBlock] + uint64_t{id % kBlock} * slot_bytes_, slot_bytes_};
+  }
   uint32_t free_slots() const;
+  // Waits until every block is allocated (or failed); the slots allocated.
+  uint32_t wait_grown();
 
  private:
-  Ring(const Api& api, std::byte* base, uint64_t slot_bytes, uint32_t slots);
+  Ring(const Api& api, uint64_t slot_bytes, uint32_t slots);
+  Status add_block(uint32_t b);  // allocates block b and frees its slots
   const Api& api_;
-  std::byte* base_;
   uint64_t slot_bytes_;
   uint32_t slots_;
+  std::vector<std::byte*> blocks_;  // sized once; entry b set before its slots are freed
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<uint32_t> free_;
+  uint32_t allocated_ = 0;
+  bool grown_ = false;
+  std::thread grower_;
 };
 
 // One load's submissions in flight and their first asynchronous error.
