@@ -27,10 +27,13 @@
 // have completed, and a tensor is handed over when its last copy has. Peak
 // host memory of a device load is the ring plus the engine's bookkeeping.
 // GPUDirect Storage (CudaOptions::gds): cuFile reads straight from the file
-// into device memory. With Toggle::kAuto it is used when cuFile is present and
-// the first file's filesystem accepts it; the decision (choose(),
-// read_path.h), and the fallback to the ring, is made before the first tensor
-// is handed over, and holds for the whole load.
+// into device memory. With Toggle::kAuto it is used where the platform reads
+// the first file's filesystem GPU-direct (checked before cuFile is opened,
+// then cuFile's driver properties; the verdict cached per device and
+// filesystem) and cuFile registers the file; kOn asks cuFile alone. The
+// decision (choose(), read_path.h, asking the destination's uploader), and
+// the fallback to the ring, is made before the first tensor is handed over,
+// and holds for the whole load.
 //
 // Threading: everything here is thread-safe. Device memory is freed when the
 // last TensorView sharing it is gone.
