@@ -55,9 +55,7 @@ uint64_t total_bytes() {
   return n;
 }
 
-void reset_peak_rss() {
-  std::ofstream("/proc/self/clear_refs") << "5";
-}
+void reset_peak_rss() { std::ofstream("/proc/self/clear_refs") << "5"; }
 
 void drop_caches() {
   ::sync();
@@ -76,8 +74,7 @@ void warm_cache() {
   std::vector<char> buf(8 << 20);
   for (auto& f : model_files()) {
     int fd = ::open(f.c_str(), O_RDONLY);
-    while (::read(fd, buf.data(), buf.size()) > 0) {
-    }
+    while (::read(fd, buf.data(), buf.size()) > 0) {}
     ::close(fd);
   }
 }
@@ -141,8 +138,10 @@ void BM_Load(benchmark::State& state, wl::Strategy strategy, bool cold) {
   uint64_t peak = 0;
   for (auto _ : state) {
     state.PauseTiming();
-    if (cold) drop_caches();
-    else warm_cache();
+    if (cold)
+      drop_caches();
+    else
+      warm_cache();
     reset_peak_rss();
     uint64_t base = wl::peak_rss_bytes();
     state.ResumeTiming();
@@ -166,10 +165,22 @@ void BM_Load(benchmark::State& state, wl::Strategy strategy, bool cold) {
 BENCHMARK(BM_Limit_Memcpy)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_Limit_MemcpyFresh)->Unit(benchmark::kMillisecond)->MinTime(1.0);
 BENCHMARK(BM_Limit_DirectRead)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Load, lazy_hot, wl::Strategy::kLazy, false)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Load, eager_hot, wl::Strategy::kEager, false)->Unit(benchmark::kMillisecond)->Iterations(3)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Load, lazy_cold, wl::Strategy::kLazy, true)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
-BENCHMARK_CAPTURE(BM_Load, eager_cold, wl::Strategy::kEager, true)->Unit(benchmark::kMillisecond)->Iterations(2)->UseRealTime();
+BENCHMARK_CAPTURE(BM_Load, lazy_hot, wl::Strategy::kLazy, false)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Load, eager_hot, wl::Strategy::kEager, false)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Load, lazy_cold, wl::Strategy::kLazy, true)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2)
+    ->UseRealTime();
+BENCHMARK_CAPTURE(BM_Load, eager_cold, wl::Strategy::kEager, true)
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(2)
+    ->UseRealTime();
 
 }  // namespace
 

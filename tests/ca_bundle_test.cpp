@@ -27,9 +27,7 @@ TEST(CaBundle, FindsTheDistributionsBundleWhereLibcurlsIsAbsent) {
   EXPECT_EQ(pick_ca_bundle("", only({"/etc/ssl/ca-bundle.pem", "/etc/ssl/cert.pem"})), "/etc/ssl/ca-bundle.pem");
 }
 
-TEST(CaBundle, NoneAnywhereLeavesLibcurlAlone) {
-  EXPECT_EQ(pick_ca_bundle("/nonexistent/ca.crt", only({})), "");
-}
+TEST(CaBundle, NoneAnywhereLeavesLibcurlAlone) { EXPECT_EQ(pick_ca_bundle("/nonexistent/ca.crt", only({})), ""); }
 
 }  // namespace
 }  // namespace wl

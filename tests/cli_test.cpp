@@ -122,8 +122,8 @@ TEST_F(CliTest, LoadASingleShardFile) {
 TEST(CliErrors, MalformedFileIsExitOneWithFileAndReason) {
   TempDir dir;
   std::string path = dir.file("bad.safetensors");
-  testing::write_bytes(path, testing::st_prefix(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})") +
-                                 std::string(8, '\0'));
+  testing::write_bytes(
+      path, testing::st_prefix(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})") + std::string(8, '\0'));
   for (const char* cmd : {"ls", "load"}) {
     auto r = run_cli({cmd, path});
     EXPECT_EQ(r.exit_code, 1) << cmd;

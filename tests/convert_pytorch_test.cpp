@@ -17,7 +17,9 @@ namespace {
 using testing::TempDir;
 namespace fs = std::filesystem;
 
-std::string fixture(const std::string& name) { return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name;
+}
 nlohmann::json expected(const std::string& file) {
   std::ifstream in(fixture("expected.json"));
   return nlohmann::json::parse(in)[file];

@@ -8,8 +8,8 @@
 #include <gtest/gtest.h>
 
 #include "model/dummy_math.h"
-#include "weightlift/gpu.h"
 #include "weightlift/dummy.h"
+#include "weightlift/gpu.h"
 
 namespace wl {
 namespace {
@@ -173,8 +173,11 @@ TEST(DummyWeights, SameBytesAtAnyThreadCount) {
 TEST(DummyWeights, UnevenSizesAreFilledToTheLastElementAtEveryThreadCount) {
   // Sizes the thread count does not divide: the chunks' rounding must never
   // leave a tail for nobody (the F32 [100003], F64 [50001], BF16 [1024, 1024]).
-  const std::pair<DType, int64_t> cases[] = {{DType::F32, 100003}, {DType::F64, 50001}, {DType::BF16, 1024 * 1024},
-                                             {DType::F16, 4096 * 3 + 1}, {DType::F8_E4M3, 65537}};
+  const std::pair<DType, int64_t> cases[] = {{DType::F32, 100003},
+                                             {DType::F64, 50001},
+                                             {DType::BF16, 1024 * 1024},
+                                             {DType::F16, 4096 * 3 + 1},
+                                             {DType::F8_E4M3, 65537}};
   for (auto [dt, n] : cases) {
     for (int threads = 1; threads <= 9; ++threads) {
       Tensor t = make(dt, n);
@@ -312,8 +315,7 @@ TEST(DummyCuda, UnavailableWithoutAGpuOrMatchesTheCpu) {
       ASSERT_TRUE(gpu::fill_dummy_device(dt, *buf, static_cast<uint64_t>(n), {-0.5, 0.25, 99, 0}).ok());
       Tensor back = make(dt, n);
       ASSERT_TRUE(buf->copy_to_host(back.mutable_bytes()).ok());
-      ASSERT_EQ(std::memcmp(back.bytes().data(), cpu.bytes().data(), cpu.nbytes()), 0)
-          << dtype_name(dt) << " n=" << n;
+      ASSERT_EQ(std::memcmp(back.bytes().data(), cpu.bytes().data(), cpu.nbytes()), 0) << dtype_name(dt) << " n=" << n;
     }
   }
 }

@@ -62,8 +62,9 @@ TEST(EngineCli, TensorParallelAndExperts) {
   testing::write_st(dir.file("m.safetensors"), {{"l.experts.0.w.weight", testing::make_f32({4, 4}, 1)},
                                                 {"l.experts.1.w.weight", testing::make_f32({4, 4}, 2)},
                                                 {"l.q.weight", testing::make_f32({4, 6}, 3)}});
-  auto r = run_cli({"load", dir.file("m.safetensors"), "--strategy", "stream", "--experts", "1", "--tp-rank", "1",
-                    "--tp-size", "2", "--shard-rule", "*.q.weight:1", "--checksum", "--format", "jsonl", "--no-progress"});
+  auto r =
+      run_cli({"load", dir.file("m.safetensors"), "--strategy", "stream", "--experts", "1", "--tp-rank", "1",
+               "--tp-size", "2", "--shard-rule", "*.q.weight:1", "--checksum", "--format", "jsonl", "--no-progress"});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out.find("experts.0"), std::string::npos);
   EXPECT_NE(r.out.find("\"name\":\"l.q.weight\",\"dtype\":\"F32\",\"shape\":[4,3]"), std::string::npos) << r.out;
@@ -74,9 +75,10 @@ TEST(EngineCli, BadFlagsAreUsageErrors) {
   TempDir dir;
   testing::write_st(dir.file("m.safetensors"), {{"a", testing::make_f32({2}, 1)}});
   const std::vector<std::vector<std::string>> bad = {
-      {"--strategy", "fast"},      {"--tp-rank", "2", "--tp-size", "2"}, {"--shard-rule", "nodim"},
-      {"--experts", "3-1"},        {"--max-memory", "lots"},             {"--threads", "-2"},
-      {"--direct", "sometimes"},   {"--block-size", "0"},
+      {"--strategy", "fast"},    {"--tp-rank", "2", "--tp-size", "2"},
+      {"--shard-rule", "nodim"}, {"--experts", "3-1"},
+      {"--max-memory", "lots"},  {"--threads", "-2"},
+      {"--direct", "sometimes"}, {"--block-size", "0"},
   };
   for (auto& b : bad) {
     std::vector<std::string> args = {"load", dir.file("m.safetensors")};

@@ -42,7 +42,8 @@ class DistributedTest : public ::testing::Test {
                        {"model.layers.0.mlp.experts.1.up_proj.weight", make_f32({16, 48}, 6)},
                        {"model.layers.0.mlp.experts.2.up_proj.weight", make_f32({16, 48}, 7)},
                        {"model.layers.0.mlp.experts.3.up_proj.weight", make_f32({16, 48}, 8)}});
-    write_st(file(2), {{"scale", make_f32({}, 9)}, {"empty", make_f32({0, 4}, 10)}, {"lm_head.weight", make_f32({8, 48}, 11)}});
+    write_st(file(2),
+             {{"scale", make_f32({}, 9)}, {"empty", make_f32({0, 4}, 10)}, {"lm_head.weight", make_f32({8, 48}, 11)}});
     files_ = {file(0), file(1), file(2)};
     auto all = load_all(files_, LoadOptions{});
     ASSERT_TRUE(all.ok()) << all.status().to_string();
@@ -74,8 +75,10 @@ class DistributedTest : public ::testing::Test {
           res.tensors[t.name] = std::string(reinterpret_cast<const char*>(t.view.data()), t.view.nbytes());
           return Status();
         });
-        if (st.ok()) res.stats = *st;
-        else res.status = st.status();
+        if (st.ok())
+          res.stats = *st;
+        else
+          res.status = st.status();
       });
     for (auto& t : ts) t.join();
     return out;
@@ -233,8 +236,10 @@ TEST_F(DistributedTest, ASinkFailingOnOneRankMidwayFailsEveryRank) {
         [&](int, LoadOptions& o, std::vector<std::string>&) {
           if (buffers) o.destination = host.get();
         },
-        std::chrono::seconds(20), [](int r, LoadedTensor& t) -> Status {
-          if (r == 0 && t.name == "model.layers.0.o_proj.weight") return Status::IoError("the consumer ran out of room");
+        std::chrono::seconds(20),
+        [](int r, LoadedTensor& t) -> Status {
+          if (r == 0 && t.name == "model.layers.0.o_proj.weight")
+            return Status::IoError("the consumer ran out of room");
           return Status();
         });
     EXPECT_EQ(res[0].status.code(), Code::kIoError);
@@ -283,8 +288,7 @@ TEST_F(DistributedTest, ARankThatStopsAnsweringMakesTheOthersTimeOut) {
   auto t0 = std::chrono::steady_clock::now();
   auto st = load_files(files_, o, [](LoadedTensor&&) { return Status(); });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.status().to_string().find("did not answer within 500 ms"), std::string::npos)
-      << st.status().to_string();
+  EXPECT_NE(st.status().to_string().find("did not answer within 500 ms"), std::string::npos) << st.status().to_string();
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
 }
 
@@ -376,8 +380,10 @@ TEST_F(DistributedFakeGpu, ADeviceCollectiveExchangesThroughDeviceMemory) {
         o.block_size = 4096;
         o.direct = Toggle::kOff;
         auto st = load_all(files_, o, &res[static_cast<size_t>(r)].stats);
-        if (st.ok()) res[static_cast<size_t>(r)].tensors = *st;
-        else res[static_cast<size_t>(r)].status = st.status();
+        if (st.ok())
+          res[static_cast<size_t>(r)].tensors = *st;
+        else
+          res[static_cast<size_t>(r)].status = st.status();
       });
     for (auto& t : ts) t.join();
     for (auto& x : res) {

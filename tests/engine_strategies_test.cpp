@@ -46,11 +46,11 @@ TEST(EngineStrategies, AllGiveIdenticalBytes) {
     uint64_t cap;
   };
   const Case cases[] = {
-      {Strategy::kEager, 0, 0, Toggle::kAuto, 0},       {Strategy::kPrefetch, 2, 4096, Toggle::kAuto, 0},
-      {Strategy::kAuto, 0, 0, Toggle::kAuto, 0},        {Strategy::kThreads, 2, 0, Toggle::kAuto, 0},
-      {Strategy::kStream, 0, 0, Toggle::kOff, 0},       {Strategy::kStream, 3, 65536 + 512, Toggle::kOff, 0},
-      {Strategy::kStream, 3, 65536, Toggle::kOn, 0},    {Strategy::kStream, 4, 4096, Toggle::kOn, 0},
-      {Strategy::kStream, 2, 0, Toggle::kOn, 1 << 20},  {Strategy::kStream, 1, 0, Toggle::kAuto, 0},
+      {Strategy::kEager, 0, 0, Toggle::kAuto, 0},      {Strategy::kPrefetch, 2, 4096, Toggle::kAuto, 0},
+      {Strategy::kAuto, 0, 0, Toggle::kAuto, 0},       {Strategy::kThreads, 2, 0, Toggle::kAuto, 0},
+      {Strategy::kStream, 0, 0, Toggle::kOff, 0},      {Strategy::kStream, 3, 65536 + 512, Toggle::kOff, 0},
+      {Strategy::kStream, 3, 65536, Toggle::kOn, 0},   {Strategy::kStream, 4, 4096, Toggle::kOn, 0},
+      {Strategy::kStream, 2, 0, Toggle::kOn, 1 << 20}, {Strategy::kStream, 1, 0, Toggle::kAuto, 0},
   };
   for (const Case& c : cases) {
     LoadOptions o;
@@ -250,7 +250,8 @@ TEST(EngineTensorParallel, RanksReadOnlyTheirBytesAndReassemble) {
   TempDir dir;
   // 2-D row split (dim 0), 2-D column split (dim 1), 3-D split on the last dim, and a replicated bias.
   Tensor rows = make_f32({8, 6}, 1), cols = make_f32({6, 8}, 2), cube = make_f32({2, 3, 4}, 3), bias = make_f32({6}, 4);
-  write_st(dir.file("tp.safetensors"), {{"x.row.weight", rows}, {"x.col.weight", cols}, {"x.cube", cube}, {"x.bias", bias}});
+  write_st(dir.file("tp.safetensors"),
+           {{"x.row.weight", rows}, {"x.col.weight", cols}, {"x.cube", cube}, {"x.bias", bias}});
   auto sf = *SafetensorsFile::open(dir.file("tp.safetensors"));
   const int W = 2;
   std::map<std::string, std::vector<std::string>> parts;
@@ -285,7 +286,10 @@ TEST(EngineTensorParallel, RanksReadOnlyTheirBytesAndReassemble) {
           continue;
         }
         auto l = *shard_layout(info.dtype, info.shape,
-                               info.name == "x.row.weight" ? 0 : info.name == "x.col.weight" ? 1 : 2, rank, W);
+                               info.name == "x.row.weight"   ? 0
+                               : info.name == "x.col.weight" ? 1
+                                                             : 2,
+                               rank, W);
         for (uint64_t i = 0; i < l.outer; ++i) {
           uint64_t b = info.offset + l.first + i * l.stride;
           allowed.push_back({b, b + l.run});

@@ -25,8 +25,10 @@ constexpr Strategy kAll[] = {Strategy::kLazy, Strategy::kEager, Strategy::kPrefe
 // Two versions of one shard with the same names but different sizes and
 // layouts, so a header of one version over the data of the other is visible.
 void write_version(const std::string& path, int v) {
-  if (v == 0) write_st(path, {{"a", make_f32({256}, 1)}, {"b", make_f32({64, 16}, 2)}, {"c", make_f32({8}, 3)}});
-  else write_st(path, {{"a", make_f32({16}, 11)}, {"b", make_f32({64, 16}, 12)}, {"c", make_f32({512}, 13)}});
+  if (v == 0)
+    write_st(path, {{"a", make_f32({256}, 1)}, {"b", make_f32({64, 16}, 2)}, {"c", make_f32({8}, 3)}});
+  else
+    write_st(path, {{"a", make_f32({16}, 11)}, {"b", make_f32({64, 16}, 12)}, {"c", make_f32({512}, 13)}});
 }
 
 // Which version (0, 1) every tensor of a delivered file matches; -1 when mixed or neither.

@@ -61,7 +61,7 @@ TEST(EngineViews, ViewsArePrivateWritableAndOutliveTheLoad) {
     for (auto& t : kept) EXPECT_NE(t.view.owner(), nullptr) << t.name;
     auto* f = reinterpret_cast<float*>(const_cast<std::byte*>(kept[0].view.data()));
     EXPECT_EQ(f[1], 1001.0f);
-    f[1] = -1;  // copy-on-write: this process only
+    f[1] = -1;     // copy-on-write: this process only
     kept.clear();  // releases the pages; the file is untouched
     LoadOptions plain;
     plain.strategy = Strategy::kLazy;

@@ -19,9 +19,9 @@
 
 #include "fault_injection_env.h"
 #include "test_util.h"
+#include "weightlift/hub.h"
 #include "weightlift/io.h"
 #include "weightlift/safetensors.h"
-#include "weightlift/hub.h"
 #include "weightlift/synth.h"
 
 extern char** environ;
@@ -133,8 +133,8 @@ class HubServer {
   explicit HubServer(const std::string& root) {
     port_file_ = root + ".ports";
     std::string script = std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/hubserver/hubserver.py";
-    std::vector<std::string> args = {"python3", script, "--root", root, "--port-file", port_file_,
-                                     "--parent-pid", std::to_string(::getpid())};
+    std::vector<std::string> args = {"python3",     script,     "--root",       root,
+                                     "--port-file", port_file_, "--parent-pid", std::to_string(::getpid())};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);

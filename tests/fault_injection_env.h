@@ -47,11 +47,11 @@ struct FileFault {
 // Faults of the write side, armed for paths containing `path_part` ("" = all).
 struct WriteFault {
   std::string path_part;
-  int create_errno = 0;                       // new_writable() fails with this errno
-  std::optional<uint64_t> enospc_after_bytes; // writes fail with ENOSPC once this many bytes were written (all files)
-  int rename_errno = 0;                       // rename() onto a matching path fails with this errno
-  int symlink_errno = 0;                      // symlink() at a matching path fails with this errno
-  int lock_errno = 0;                         // open_lock() at a matching path fails with this errno
+  int create_errno = 0;                        // new_writable() fails with this errno
+  std::optional<uint64_t> enospc_after_bytes;  // writes fail with ENOSPC once this many bytes were written (all files)
+  int rename_errno = 0;                        // rename() onto a matching path fails with this errno
+  int symlink_errno = 0;                       // symlink() at a matching path fails with this errno
+  int lock_errno = 0;                          // open_lock() at a matching path fails with this errno
 };
 
 struct FaultCounters {
@@ -80,8 +80,8 @@ class FaultInjectionEnv : public EnvWrapper {
     const FileFault* f = match(path);
     if (f && f->open_errno) return Status::FromErrno(f->open_errno, "cannot open").with_file(path);
     WL_ASSIGN_OR_RETURN(auto inner, target()->open(path, o));
-    return std::shared_ptr<RandomAccessFile>(std::make_shared<File>(std::move(inner), f ? *f : FileFault{}, f != nullptr,
-                                                                    &counters_));
+    return std::shared_ptr<RandomAccessFile>(
+        std::make_shared<File>(std::move(inner), f ? *f : FileFault{}, f != nullptr, &counters_));
   }
   Result<uint64_t> file_size(const std::string& path) override {
     counters_.sizes++;
@@ -199,8 +199,8 @@ class FaultInjectionEnv : public EnvWrapper {
         if (fault_.eio_after_reads && nth >= *fault_.eio_after_reads)
           return Status::FromErrno(EIO, fmt::format("read at offset {}", offset)).with_file(path());
         if (fault_.truncate_to && nth >= fault_.truncate_after_reads && end > *fault_.truncate_to)
-          return Status::OutOfRange(fmt::format("unexpected end of file at offset {}",
-                                                std::max(offset, *fault_.truncate_to)))
+          return Status::OutOfRange(
+                     fmt::format("unexpected end of file at offset {}", std::max(offset, *fault_.truncate_to)))
               .with_file(path());
       }
       WL_RETURN_IF_ERROR(inner_->read_at(offset, dst));

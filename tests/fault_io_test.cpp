@@ -252,8 +252,9 @@ TEST(FaultWeightFiles, IndexIsReadThroughTheGivenEnv) {
   ASSERT_TRUE(testing::write_test_model(dir.file("model-00001-of-00002.safetensors"), 1, 4).ok());
   ASSERT_TRUE(testing::write_test_model(dir.file("model-00002-of-00002.safetensors"), 1, 4).ok());
   ASSERT_TRUE(testing::write_test_model(dir.file("model.safetensors"), 1, 4).ok());
-  testing::write_bytes(dir.file("model.safetensors.index.json"),
-                       R"({"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})");
+  testing::write_bytes(
+      dir.file("model.safetensors.index.json"),
+      R"({"weight_map":{"a":"model-00001-of-00002.safetensors","b":"model-00002-of-00002.safetensors"}})");
   FaultInjectionEnv env;
   auto ok = find_weight_files(dir.path(), &env);
   ASSERT_TRUE(ok.ok()) << ok.status().to_string();

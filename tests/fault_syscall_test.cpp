@@ -3,8 +3,8 @@
 // definitions here). Unarmed, they forward to the kernel unchanged. Armed,
 // they return short counts, EINTR, EIO or an early end of file, which the
 // POSIX Env must turn into exact reads or clear errors.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -92,9 +92,7 @@ ssize_t faulty_pwrite(int fd, const void* buf, size_t n, off_t off) {
         return -1;
       }
       break;
-    case Fault::kEio:
-      errno = EIO;
-      return -1;
+    case Fault::kEio: errno = EIO; return -1;
     default: break;
   }
   return real_pwrite(fd, buf, n, off);
@@ -165,8 +163,11 @@ TEST_F(FaultSyscall, InterposedPreadIsUsed) {
 
 TEST_F(FaultSyscall, ShortReadsAreRetriedToTheFullCount) {
   for (FileMode mode : kModes) {
-    for (auto [off, n, skew] : {std::tuple<uint64_t, size_t, size_t>{0, 3 * 4096, 0}, {5, 9000, 1}, {4096, 8192, 0},
-                                {0, 3 * 4096 + 1234, 0}, {100, 3 * 4096 + 1134, 7}}) {
+    for (auto [off, n, skew] : {std::tuple<uint64_t, size_t, size_t>{0, 3 * 4096, 0},
+                                {5, 9000, 1},
+                                {4096, 8192, 0},
+                                {0, 3 * 4096 + 1234, 0},
+                                {100, 3 * 4096 + 1134, 7}}) {
       Armed a(g_read_fault, Fault::kShort);
       std::string out;
       Status s = read(mode, off, n, &out, skew);

@@ -10,8 +10,8 @@
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
-#include <optional>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <thread>
@@ -40,19 +40,22 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
 
  private:
   const char* name_;
   std::optional<std::string> old_;
 };
-
 
 // Installs a fresh fake backend (4 slots of 64 KiB) for each test, and puts
 // the machine's own backend back afterwards.
@@ -72,13 +75,15 @@ std::vector<std::string> make_checkpoint(const TempDir& dir) {
   std::vector<std::string> files = {dir.file("a.safetensors"), dir.file("b.safetensors"), dir.file("c.safetensors")};
   write_st(files[0], {{"a.empty", make_f32({0}, 1)}, {"a.tiny", make_f32({3}, 2)}, {"a.big", make_f32({300, 257}, 3)}});
   write_st(files[1], {{"b.slot", make_f32({16384}, 4)}, {"b.rows", make_f32({64, 96}, 5)}});
-  write_st(files[2], {{"c.one", make_f32({1}, 6)}, {"c.wide", make_f32({8, 40000}, 7)}, {"c.last", make_f32({5, 5}, 8)}});
+  write_st(files[2],
+           {{"c.one", make_f32({1}, 6)}, {"c.wide", make_f32({8, 40000}, 7)}, {"c.last", make_f32({5, 5}, 8)}});
   return files;
 }
 
 // name -> bytes, copying device tensors back.
 Result<std::map<std::string, std::string>> load_back(const std::vector<std::string>& files, const LoadOptions& o,
-                                                     LoadStats* stats = nullptr, std::vector<uint64_t>* order = nullptr) {
+                                                     LoadStats* stats = nullptr,
+                                                     std::vector<uint64_t>* order = nullptr) {
   std::map<std::string, std::string> out;
   auto r = load_files(files, o, [&](LoadedTensor&& t) -> Status {
     std::string bytes(t.view.nbytes(), '\0');
@@ -279,9 +284,9 @@ struct Variant {
   Strategy strategy;
   Toggle direct = Toggle::kOff;
 };
-const Variant kVariants[] = {{"lazy", Strategy::kLazy},         {"eager", Strategy::kEager},
-                             {"threads", Strategy::kThreads},   {"prefetch", Strategy::kPrefetch},
-                             {"stream", Strategy::kStream},     {"stream-direct", Strategy::kStream, Toggle::kOn},
+const Variant kVariants[] = {{"lazy", Strategy::kLazy},       {"eager", Strategy::kEager},
+                             {"threads", Strategy::kThreads}, {"prefetch", Strategy::kPrefetch},
+                             {"stream", Strategy::kStream},   {"stream-direct", Strategy::kStream, Toggle::kOn},
                              {"auto", Strategy::kAuto}};
 
 TEST_F(FakeGpu, StreamDeviceLoadsEqualHostLoadsForEveryStrategy) {
@@ -289,29 +294,31 @@ TEST_F(FakeGpu, StreamDeviceLoadsEqualHostLoadsForEveryStrategy) {
   TempDir dir;
   auto files = make_checkpoint(dir);
   // Files whose tensors are not all contiguous in the file (views, Fortran order).
-  for (const char* f : {"nested.pt", "legacy.bin"}) files.push_back(std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + f);
+  for (const char* f : {"nested.pt", "legacy.bin"})
+    files.push_back(std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + f);
   LoadOptions host;
   host.strategy = Strategy::kLazy;
   auto want = load_all(files, host);
   ASSERT_TRUE(want.ok()) << want.status().to_string();
-  for (const char* source : {"slot", "mapped"}) for (bool one : {true, false}) {
-    ScopedEnv h2d("WEIGHTLIFT_H2D_SOURCE", source);  // both roads to the device
-    for (const Variant& v : kVariants) {
-      auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff, .one_allocation = one});
-      ASSERT_TRUE(dest.ok()) << dest.status().to_string();
-      LoadOptions o;
-      o.strategy = v.strategy;
-      o.direct = v.direct;
-      o.threads = 3;
-      o.destination = dest->get();
-      LoadStats st;
-      auto got = load_back(files, o, &st);
-      ASSERT_TRUE(got.ok()) << v.name << ": " << got.status().to_string();
-      EXPECT_EQ(*got, *want) << v.name << " one_allocation=" << one << " " << source;
-      if (v.strategy == Strategy::kAuto) EXPECT_EQ(st.strategy, Strategy::kStream);
-      EXPECT_GT((*dest)->allocated_bytes(), 0u);
+  for (const char* source : {"slot", "mapped"})
+    for (bool one : {true, false}) {
+      ScopedEnv h2d("WEIGHTLIFT_H2D_SOURCE", source);  // both roads to the device
+      for (const Variant& v : kVariants) {
+        auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff, .one_allocation = one});
+        ASSERT_TRUE(dest.ok()) << dest.status().to_string();
+        LoadOptions o;
+        o.strategy = v.strategy;
+        o.direct = v.direct;
+        o.threads = 3;
+        o.destination = dest->get();
+        LoadStats st;
+        auto got = load_back(files, o, &st);
+        ASSERT_TRUE(got.ok()) << v.name << ": " << got.status().to_string();
+        EXPECT_EQ(*got, *want) << v.name << " one_allocation=" << one << " " << source;
+        if (v.strategy == Strategy::kAuto) EXPECT_EQ(st.strategy, Strategy::kStream);
+        EXPECT_GT((*dest)->allocated_bytes(), 0u);
+      }
     }
-  }
   EXPECT_EQ(stats().slot_overwrites.load(), 0u);
   EXPECT_EQ(stats().pageable_async_copies.load(), 0u);
   EXPECT_EQ(stats().device_live.load(), 0);  // every tensor's memory went with its views
@@ -329,18 +336,19 @@ TEST_F(FakeGpu, StreamShardedDeviceLoadsEqualShardedHostLoads) {
     host.shard_rules = {*parse_shard_rule("*.big:0"), *parse_shard_rule("*.rows:1"), *parse_shard_rule("c.wide:1")};
     auto want = load_all(files, host);
     ASSERT_TRUE(want.ok()) << want.status().to_string();
-    for (const Variant& v : kVariants) for (Toggle gds : {Toggle::kOff, Toggle::kOn}) {
-      if (gds == Toggle::kOn && v.strategy != Strategy::kStream) continue;  // GDS serves the stream strategy
-      auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gds});
-      ASSERT_TRUE(dest.ok());
-      LoadOptions o = host;
-      o.strategy = v.strategy;
-      o.direct = v.direct;
-      o.destination = dest->get();
-      auto got = load_back(files, o);
-      ASSERT_TRUE(got.ok()) << v.name << ": " << code_name(got.status().code()) << got.status().to_string();
-      EXPECT_EQ(*got, *want) << v.name << " rank " << rank << " gds " << toggle_name(gds);
-    }
+    for (const Variant& v : kVariants)
+      for (Toggle gds : {Toggle::kOff, Toggle::kOn}) {
+        if (gds == Toggle::kOn && v.strategy != Strategy::kStream) continue;  // GDS serves the stream strategy
+        auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = gds});
+        ASSERT_TRUE(dest.ok());
+        LoadOptions o = host;
+        o.strategy = v.strategy;
+        o.direct = v.direct;
+        o.destination = dest->get();
+        auto got = load_back(files, o);
+        ASSERT_TRUE(got.ok()) << v.name << ": " << code_name(got.status().code()) << got.status().to_string();
+        EXPECT_EQ(*got, *want) << v.name << " rank " << rank << " gds " << toggle_name(gds);
+      }
   }
   EXPECT_EQ(stats().slot_overwrites.load(), 0u);
 }
@@ -486,7 +494,7 @@ TEST_F(FakeGpu, StreamGdsReadsStraightIntoDeviceMemory) {
   EXPECT_TRUE(st.gds);
   EXPECT_EQ((*dest)->gds_status(), "on");
   EXPECT_GT(stats().cufile_reads.load(), 0u);
-  EXPECT_EQ(stats().async_copies.load(), 0u);  // nothing went through the ring
+  EXPECT_EQ(stats().async_copies.load(), 0u);    // nothing went through the ring
   EXPECT_EQ(stats().cufile_buffers.load(), 1u);  // the load's one allocation, registered
 }
 
@@ -548,10 +556,11 @@ TEST_F(FakeGpu, StreamGdsErrorAfterTheFirstTensorPropagates) {
     return Status();
   });
   EXPECT_EQ(r.status().code(), Code::kIoError);
-  EXPECT_NE(r.status().message().find("cuFileRead of"), std::string::npos) << code_name(r.status().code()) << r.status().to_string();
+  EXPECT_NE(r.status().message().find("cuFileRead of"), std::string::npos)
+      << code_name(r.status().code()) << r.status().to_string();
   EXPECT_NE(r.status().message().find("(cuFile error 5011)"), std::string::npos) << r.status().to_string();
-  EXPECT_GE(delivered, 1);                      // tensors were handed over before the failure...
-  EXPECT_EQ(stats().async_copies.load(), 0u);   // ...so there was no fallback
+  EXPECT_GE(delivered, 1);                     // tensors were handed over before the failure...
+  EXPECT_EQ(stats().async_copies.load(), 0u);  // ...so there was no fallback
 }
 
 TEST_F(FakeGpu, StreamGdsNeedsALocalFile) {
@@ -567,7 +576,6 @@ TEST_F(FakeGpu, StreamGdsNeedsALocalFile) {
   EXPECT_FALSE(st.gds);
   EXPECT_NE((*dest)->gds_status().find("not a local file"), std::string::npos) << (*dest)->gds_status();
 }
-
 
 // ---- every strategy rides the ring ---------------------------------------------------------
 
@@ -722,8 +730,9 @@ TEST(GdsPlatform, MountinfoSysfsAndCufileJson) {
   EXPECT_EQ(gpu::fs_type_in_mountinfo(mi, makedev(8, 1)), "");
   EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/pci0000:00/0000:00:04.0/nvme/nvme0/nvme0n1/nvme0n1p2"), "nvme");
   EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/pci0000:00/0000:00:05.0/virtio2/block/vda/vda1"), "virtio");
-  EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block/sda"),
-            "scsi");
+  EXPECT_EQ(
+      gpu::disk_kind_of_sysfs_path("/sys/devices/pci0000:00/0000:00:1f.2/ata1/host0/target0:0:0/0:0:0:0/block/sda"),
+      "scsi");
   EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/virtual/block/md0"), "md");
   EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/virtual/block/dm-3"), "dm");
   EXPECT_EQ(gpu::disk_kind_of_sysfs_path("/sys/devices/virtual/block/loop7"), "loop");
@@ -762,8 +771,10 @@ TEST(GdsPlatform, RulesBeforeAndAfterOpeningCufile) {
   };
   for (const Row& r : rows) {
     std::string why = gpu::platform_refusal(r.p);
-    if (*r.refusal == 0) EXPECT_EQ(why, "") << r.p.fs_type << " " << r.p.disk;
-    else EXPECT_NE(why.find(r.refusal), std::string::npos) << why;
+    if (*r.refusal == 0)
+      EXPECT_EQ(why, "") << r.p.fs_type << " " << r.p.disk;
+    else
+      EXPECT_NE(why.find(r.refusal), std::string::npos) << why;
   }
   WlCuFileDrvProps props{};
   const P nvme{1, "ext4", "nvme", true, false}, nfs{1, "nfs", "", true, false};
@@ -877,8 +888,7 @@ TEST_F(FakeGpu, WarmUpMakesTheRingAndCopierAheadOfTheFirstLoad) {
 TEST_F(FakeGpu, StreamRingGrowsWhileALoadRuns) {
   // 20 slots: the first 8 now, 8 + 4 more on the ring's own thread while the
   // load already runs on the first ones (each cudaHostAlloc takes 100 ms here).
-  gpu::fake::install({.copy_delay = std::chrono::microseconds(30),
-                      .host_alloc_delay = std::chrono::milliseconds(100)});
+  gpu::fake::install({.copy_delay = std::chrono::microseconds(30), .host_alloc_delay = std::chrono::milliseconds(100)});
   ASSERT_TRUE(gpu::set_ring_options({20, kSlot, 2}).ok());
   TempDir dir;
   auto files = make_checkpoint(dir);
@@ -1015,11 +1025,11 @@ TEST(GpuCli, DeviceChecksumsEqualHostChecksums) {
   std::vector<std::string> base = {"load", dir.path(), "--checksum", "--no-progress"};
   auto host = testing::run_cli(base);
   ASSERT_EQ(host.exit_code, 0) << host.err;
-  for (std::vector<std::string> extra : std::vector<std::vector<std::string>>{
-           {"--device", "cuda", "--strategy", "stream"},
-           {"--device", "cuda:0", "--strategy", "lazy"},
-           {"--device", "cuda", "--strategy", "eager", "--gds", "off"},
-           {"--device", "pinned"}}) {
+  for (std::vector<std::string> extra :
+       std::vector<std::vector<std::string>>{{"--device", "cuda", "--strategy", "stream"},
+                                             {"--device", "cuda:0", "--strategy", "lazy"},
+                                             {"--device", "cuda", "--strategy", "eager", "--gds", "off"},
+                                             {"--device", "pinned"}}) {
     auto args = base;
     args.insert(args.end(), extra.begin(), extra.end());
     auto dev = cli_with({"WEIGHTLIFT_GPU_BACKEND=fake", "WEIGHTLIFT_PINNED_RING=4x64KiB"}, args);

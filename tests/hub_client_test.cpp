@@ -1,9 +1,9 @@
 // The Hub client against the loopback Hub-protocol server (tests/hubserver),
 // plus the pure helpers (patterns, names, path checks, error mapping).
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <spawn.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -20,8 +20,8 @@
 #include "weightlift/glob.h"
 #include "weightlift/hash.h"
 #include "weightlift/http.h"
-#include "weightlift/io.h"
 #include "weightlift/hub.h"
+#include "weightlift/io.h"
 #include "weightlift/loader.h"
 
 extern char** environ;
@@ -42,8 +42,8 @@ class HubServerProcess {
     port_file_ = root + ".ports";
     std::string script = std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/hubserver/hubserver.py";
     std::string parent = std::to_string(::getpid());
-    std::vector<std::string> args = {"python3", script, "--root", root, "--port-file", port_file_,
-                                     "--parent-pid", parent, "--page-size", "2", "--token", kToken};
+    std::vector<std::string> args = {"python3",      script, "--root",      root, "--port-file", port_file_,
+                                     "--parent-pid", parent, "--page-size", "2",  "--token",     kToken};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -198,7 +198,7 @@ TEST_F(HubServerTest, DownloadWeightsUsesTheIndex) {
   ASSERT_TRUE(folder.ok()) << folder.status().to_string();
   auto names = testing::list_dir(*folder);
   EXPECT_EQ(names, (std::vector<std::string>{"model-00001-of-00002.safetensors", "model-00002-of-00002.safetensors",
-                                              "model.safetensors.index.json"}));
+                                             "model.safetensors.index.json"}));
 }
 
 TEST_F(HubServerTest, DownloadWeightsTakesTheFirstMatchingPattern) {
@@ -275,8 +275,11 @@ TEST_F(HubServerTest, SnapshotFollowsEveryTreePageAndKeepsTheListing) {
   // Page size 2: a skipped page loses files from the snapshot and from trees/{commit}.json.
   auto folder = snapshot_download("org/sharded", {}, o_);
   ASSERT_TRUE(folder.ok()) << folder.status().to_string();
-  std::vector<std::string> want = {"config.json", "consolidated.safetensors", "model-00001-of-00002.safetensors",
-                                   "model-00002-of-00002.safetensors", "model.safetensors.index.json",
+  std::vector<std::string> want = {"config.json",
+                                   "consolidated.safetensors",
+                                   "model-00001-of-00002.safetensors",
+                                   "model-00002-of-00002.safetensors",
+                                   "model.safetensors.index.json",
                                    "original/extra.safetensors"};
   for (const auto& f : want) EXPECT_TRUE(Env::Default()->exists(*folder + "/" + f)) << f;
   const std::string storage = o_.cache_dir + "/models--org--sharded";

@@ -1,6 +1,6 @@
 // The I/O seam: full reads in every mode, ranges, O_DIRECT alignment, atomic writes.
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

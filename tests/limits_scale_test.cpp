@@ -5,8 +5,8 @@
 // time. Peak memory is VmHWM of a fresh process after resetting it
 // (clear_refs 5); under sanitizers, whose shadow memory distorts it, those
 // checks are skipped.
-#include <gtest/gtest.h>
 #include <dirent.h>
+#include <gtest/gtest.h>
 #include <sys/resource.h>
 
 #include <fstream>
@@ -119,8 +119,8 @@ TEST(LimitsScale, MemoryGrowsLinearlyWithTheTensorCount) {
   auto small = probe_peak_memory(kMillion / 8), large = probe_peak_memory(kMillion);
   if (!small || !large || *small == 0) GTEST_SKIP() << "cannot measure the peak RSS here";
   std::printf("[   INFO   ] peak memory to open: %zu tensors %llu bytes, %zu tensors %llu bytes (header %llu bytes)\n",
-              kMillion / 8, static_cast<unsigned long long>(*small), kMillion,
-              static_cast<unsigned long long>(*large), static_cast<unsigned long long>(header));
+              kMillion / 8, static_cast<unsigned long long>(*small), kMillion, static_cast<unsigned long long>(*large),
+              static_cast<unsigned long long>(header));
   // 8x the tensors: between 4x and 12x the memory (linear with noise), not 64x.
   EXPECT_LT(*large, 12 * *small);
   EXPECT_GT(*large, 4 * *small);

@@ -63,8 +63,8 @@ TEST(WeightFiles, SafetensorsFirstThenBinThenPt) {
 }
 
 TEST(WeightFiles, TrainingFilesAreDropped) {
-  auto kept = filter_files_not_needed_for_inference(
-      {"/m/training_args.bin", "/m/optimizer.bin", "/m/optimizer.pt", "/m/scheduler.pt", "/m/scaler.pt", "/m/model.bin"});
+  auto kept = filter_files_not_needed_for_inference({"/m/training_args.bin", "/m/optimizer.bin", "/m/optimizer.pt",
+                                                     "/m/scheduler.pt", "/m/scaler.pt", "/m/model.bin"});
   EXPECT_EQ(kept, (std::vector<std::string>{"/m/model.bin"}));
   TempDir dir;
   write_bytes(dir.file("optimizer.pt"), "x");
@@ -80,8 +80,9 @@ TEST(WeightFiles, IndexDropsConsolidatedFile) {
   write_bytes(dir.file("model-00001-of-00002.safetensors"), "x");
   write_bytes(dir.file("model-00002-of-00002.safetensors"), "x");
   write_bytes(dir.file("consolidated.safetensors"), "x");
-  write_bytes(dir.file("model.safetensors.index.json"),
-              R"({"metadata":{},"weight_map":{"a":"model-00002-of-00002.safetensors","b":"model-00001-of-00002.safetensors"}})");
+  write_bytes(
+      dir.file("model.safetensors.index.json"),
+      R"({"metadata":{},"weight_map":{"a":"model-00002-of-00002.safetensors","b":"model-00001-of-00002.safetensors"}})");
   auto wf = find_weight_files(dir.path());
   ASSERT_TRUE(wf.ok()) << wf.status().to_string();
   EXPECT_EQ(names(wf->files),

@@ -111,7 +111,7 @@ TEST(Lock, FileIsWorldWritableWhateverTheUmask) {
   Status st = lock.acquire();
   ::umask(old);
   ASSERT_TRUE(st.ok()) << st.to_string();
-  struct stat s{};
+  struct stat s {};
   ASSERT_EQ(::stat(lock.path().c_str(), &s), 0);
   EXPECT_EQ(s.st_mode & 0777, 0666u);
   lock.release();
@@ -265,7 +265,7 @@ TEST(AtomicWrite, ReplacesTextAndBinary) {
   ASSERT_TRUE(atomic_write_bytes(path, std::as_bytes(std::span(binary.data(), binary.size()))).ok());
   EXPECT_EQ(testing::read_bytes(path), binary);
   EXPECT_EQ(testing::list_dir(dir.path()), std::vector<std::string>{"out.json"});
-  struct stat s{};
+  struct stat s {};
   ASSERT_EQ(::stat(path.c_str(), &s), 0);
   EXPECT_EQ(s.st_mode & 0777, 0600u);  // mkstemp's mode, as the reference leaves it
 }

@@ -108,8 +108,8 @@ TEST(DummyCli, SameHashAtAnyThreadCount) {
     ASSERT_EQ(u.exit_code, 0) << u.err;
     if (uneven.empty()) uneven = hash_of(u);
     EXPECT_EQ(hash_of(u), uneven) << "uneven sizes, " << threads << " threads";
-    auto l = run_cli({"load", dir.file("u"), "--dummy", "--threads", threads, "--checksum", "--format", "jsonl",
-                      "--no-progress"});
+    auto l = run_cli(
+        {"load", dir.file("u"), "--dummy", "--threads", threads, "--checksum", "--format", "jsonl", "--no-progress"});
     ASSERT_EQ(l.exit_code, 0) << l.err;
     if (sums.empty()) sums = l.out;
     EXPECT_EQ(l.out, sums) << "load --dummy, " << threads << " threads";

@@ -35,7 +35,8 @@ Result<ParsedQuantConfig> quant_config(const QuantConfigRequest& rq) {
 Result<json> sparse_attention_config(const std::string& model, const std::string& revision = {},
                                      const std::string& download_dir = {}, const JsonDownloader& download = {},
                                      const std::string& file_name = "sparse_attention_config.json") {
-  WL_ASSIGN_OR_RETURN(std::string text, get_sparse_attention_config(model, revision, download_dir, download, file_name));
+  WL_ASSIGN_OR_RETURN(std::string text,
+                      get_sparse_attention_config(model, revision, download_dir, download, file_name));
   return json::parse(text);
 }
 
@@ -91,8 +92,7 @@ TEST(QuantConfig, FromCompressionConfig) {
 
 TEST(QuantConfig, NullQuantizationConfigCountsAsAbsent) {
   json q = {{"quant_method", "fp8"}};
-  auto r = quant_config(
-      request("/nonexistent", "fp8", {{"quantization_config", nullptr}, {"compression_config", q}}));
+  auto r = quant_config(request("/nonexistent", "fp8", {{"quantization_config", nullptr}, {"compression_config", q}}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->source, QuantConfigSource::kCompressionConfig);
 }
@@ -100,8 +100,7 @@ TEST(QuantConfig, NullQuantizationConfigCountsAsAbsent) {
 TEST(QuantConfig, CompressedTensorsGetsHeadCounts) {
   json q = {{"quant_method", "compressed-tensors"}, {"config_groups", json::object()}};
   auto r = quant_config(request("/nonexistent", "compressed-tensors",
-                                    {{"quantization_config", q}, {"num_attention_heads", 32},
-                                     {"num_key_value_heads", 8}}));
+                                {{"quantization_config", q}, {"num_attention_heads", 32}, {"num_key_value_heads", 8}}));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->config["total_num_heads"], 32);
   EXPECT_EQ(r->config["total_num_kv_heads"], 8);
@@ -112,9 +111,9 @@ TEST(QuantConfig, CompressedTensorsGetsHeadCounts) {
   EXPECT_EQ(r->config["total_num_kv_heads"], 16);
   // With a text_config, the counts come from it (even if the quant config is top-level).
   r = quant_config(request("/nonexistent", "compressed-tensors",
-                               {{"quantization_config", q},
-                                {"num_attention_heads", 99},
-                                {"text_config", {{"num_attention_heads", 40}, {"num_key_value_heads", 4}}}}));
+                           {{"quantization_config", q},
+                            {"num_attention_heads", 99},
+                            {"text_config", {{"num_attention_heads", 40}, {"num_key_value_heads", 4}}}}));
   EXPECT_EQ(r->config["total_num_heads"], 40);
   EXPECT_EQ(r->config["total_num_kv_heads"], 4);
   // Neither known: both null.
@@ -195,8 +194,7 @@ TEST(QuantConfig, OverrideDictJson) {
   rq.hf_overrides = json{{"quantization_config_dict_json", "{not json"}}.dump();
   r = quant_config(rq);
   EXPECT_EQ(r.status().code(), Code::kCorruptData);
-  EXPECT_NE(r.status().to_string().find("hf_overrides.quantization_config_dict_json: invalid JSON"),
-            std::string::npos);
+  EXPECT_NE(r.status().to_string().find("hf_overrides.quantization_config_dict_json: invalid JSON"), std::string::npos);
 
   rq.quantization = "gptq";
   rq.hf_overrides = json{{"quantization_config_dict_json", "{}"}}.dump();
@@ -246,7 +244,7 @@ TEST(QuantConfig, FindsTheMethodsFile) {
 
 TEST(QuantConfig, FileNamesMatchBySuffixAndSkipHiddenFiles) {
   TempDir dir;
-  write_bytes(dir.file("my_quant_config.json"), R"({"w_bit": 4})");  // ends with quant_config.json
+  write_bytes(dir.file("my_quant_config.json"), R"({"w_bit": 4})");       // ends with quant_config.json
   write_bytes(dir.file(".quantize_config.json"), R"({"hidden": true})");  // glob skips dot files
   auto r = quant_config(request(dir.path(), "awq"));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
@@ -259,8 +257,9 @@ TEST(QuantConfig, NoConfigFileIsAnError) {
   auto r = quant_config(request(dir.path(), "gptq"));
   EXPECT_EQ(r.status().code(), Code::kNotFound);
   EXPECT_EQ(r.status().to_string(),
-            dir.path() + ": cannot find the config file for gptq (looked for *quantize_config.json among the "
-                         "*.json files)");
+            dir.path() +
+                ": cannot find the config file for gptq (looked for *quantize_config.json among the "
+                "*.json files)");
 }
 
 TEST(QuantConfig, SeveralConfigFilesAreAnError) {
@@ -295,8 +294,8 @@ TEST(QuantConfig, ModelOptRequiresTheModelOptProducer) {
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   EXPECT_EQ(r->config, good);
 
-  for (const char* bad : {R"({"producer": {"name": "other"}})", R"({"quantization": {}})", R"({"producer": 3})",
-                          R"([1, 2])"}) {
+  for (const char* bad :
+       {R"({"producer": {"name": "other"}})", R"({"quantization": {}})", R"({"producer": 3})", R"([1, 2])"}) {
     write_bytes(dir.file("hf_quant_config.json"), bad);
     r = quant_config(request(dir.path(), "modelopt"));
     EXPECT_EQ(r.status().code(), Code::kInvalidArgument) << bad;

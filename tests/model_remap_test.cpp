@@ -92,8 +92,8 @@ TEST(KvScaleRemap, Hyv3QScaleAndCacheScales) {
 }
 
 TEST(KvScaleRemap, DefaultScalesAndZeroPoints) {
-  ParamNames p = {"m.l.attn.q_scale", "m.l.attn.k_scale", "m.l.attn.v_scale", "m.l.attn.k_zero_point",
-                  "m.l.attn.v_zero_point", "m.l.attn.q_zero_point"};
+  ParamNames p = {"m.l.attn.q_scale",      "m.l.attn.k_scale",      "m.l.attn.v_scale",
+                  "m.l.attn.k_zero_point", "m.l.attn.v_zero_point", "m.l.attn.q_zero_point"};
   for (const char* s : {"q_scale", "k_scale", "v_scale", "k_zero_point", "v_zero_point", "q_zero_point"})
     EXPECT_EQ(remap(std::string("m.l.") + s, p), std::string("m.l.attn.") + s) << s;
 }
@@ -143,8 +143,7 @@ TEST(MoeExpertRemap, KeepsTheNameOtherwise) {
   EXPECT_EQ(maybe_remap_moe_expert_param_name("layers.0.mlp.experts.0.gate_proj.weight", p),
             "layers.0.mlp.experts.0.gate_proj.weight");
   // An expert parameter the model does not have under routed_experts.
-  EXPECT_EQ(maybe_remap_moe_expert_param_name("layers.1.mlp.experts.w2_weight", p),
-            "layers.1.mlp.experts.w2_weight");
+  EXPECT_EQ(maybe_remap_moe_expert_param_name("layers.1.mlp.experts.w2_weight", p), "layers.1.mlp.experts.w2_weight");
 }
 
 TEST(MoeExpertRemap, SuffixMatchesAnywhereOrAtTheEnd) {

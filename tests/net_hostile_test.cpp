@@ -56,12 +56,16 @@ class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old;
-    if (value) ::setenv(name, value, 1);
-    else ::unsetenv(name);
+    if (value)
+      ::setenv(name, value, 1);
+    else
+      ::unsetenv(name);
   }
   ~ScopedEnv() {
-    if (old_) ::setenv(name_, old_->c_str(), 1);
-    else ::unsetenv(name_);
+    if (old_)
+      ::setenv(name_, old_->c_str(), 1);
+    else
+      ::unsetenv(name_);
   }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
@@ -77,8 +81,8 @@ class HostileServer {
   HostileServer() {
     port_file_ = dir_.file("ports");
     std::string script = std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/hostile/hostile_server.py";
-    std::vector<std::string> args = {"python3", script, "--port-file", port_file_, "--parent-pid",
-                                     std::to_string(::getpid())};
+    std::vector<std::string> args = {"python3",  script,         "--port-file",
+                                     port_file_, "--parent-pid", std::to_string(::getpid())};
     std::vector<char*> argv;
     for (auto& a : args) argv.push_back(a.data());
     argv.push_back(nullptr);
@@ -286,7 +290,8 @@ TEST_F(Hostile, ResponsesAreBounded) {
     auto resp = c.request(r);
     ASSERT_FALSE(resp.ok()) << q;
     EXPECT_EQ(resp.status().code(), Code::kOutOfRange) << resp.status().to_string();
-    EXPECT_TRUE(contains(resp.status().message(), "response body larger than 16777216 bytes")) << resp.status().message();
+    EXPECT_TRUE(contains(resp.status().message(), "response body larger than 16777216 bytes"))
+        << resp.status().message();
   }
   // An error body of 64 MiB: the message, from the first bytes.
   auto missing = repo_info("org/m", "main", hub("huge-error", tmp_.file("c2")));
@@ -589,8 +594,10 @@ TEST(NetSettings, EnvironmentVariablesAndTheirErrors) {
   EXPECT_EQ(d.stall_timeout_s, 10);
   EXPECT_EQ(d.retry.max_attempts, 5);
   EXPECT_EQ(d.request_timeout_s, 0);
-  for (auto [name, value] : {std::pair{"WEIGHTLIFT_STALL_TIMEOUT", "0"}, {"WEIGHTLIFT_CONNECT_TIMEOUT", "-1"},
-                             {"WEIGHTLIFT_RETRIES", "1e3"}, {"WEIGHTLIFT_LIST_MAX_PAGES", "0"},
+  for (auto [name, value] : {std::pair{"WEIGHTLIFT_STALL_TIMEOUT", "0"},
+                             {"WEIGHTLIFT_CONNECT_TIMEOUT", "-1"},
+                             {"WEIGHTLIFT_RETRIES", "1e3"},
+                             {"WEIGHTLIFT_LIST_MAX_PAGES", "0"},
                              {"WEIGHTLIFT_REQUEST_TIMEOUT", "nan"}}) {
     ScopedEnv v(name, value);
     HttpOptions o;

@@ -19,7 +19,9 @@ namespace {
 using testing::TempDir;
 namespace fs = std::filesystem;
 
-std::string fixture(const std::string& name) { return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name;
+}
 nlohmann::json expected() {
   std::ifstream in(fixture("expected.json"));
   return nlohmann::json::parse(in);

@@ -85,10 +85,8 @@ TEST(Prefetch, AutoPolicy) {
   std::string f = dir.file("w.safetensors");
   write_bytes(f, std::string(9000, 'x'));  // 9000 bytes; 90% of 10 kB is 9216
   const AutoCase cases[] = {
-      {"nfs", 10, true, "network filesystem and it fits"},
-      {"nfs4", 10, true, "network filesystem and it fits"},
-      {"lustre", 10, true, "network filesystem and it fits"},
-      {"nfs", 9, false, "exceeds 90% of RAM"},
+      {"nfs", 10, true, "network filesystem and it fits"},    {"nfs4", 10, true, "network filesystem and it fits"},
+      {"lustre", 10, true, "network filesystem and it fits"}, {"nfs", 9, false, "exceeds 90% of RAM"},
       {"ext4", 1000000, false, "not a network filesystem"},
   };
   for (const AutoCase& c : cases) {

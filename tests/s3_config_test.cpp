@@ -100,19 +100,20 @@ TEST(S3Config, ListQueryIsSortedAndEncoded) {
   S3Config c;
   c.endpoint = "http://127.0.0.1:8333/base";
   c.addressing = S3Addressing::kPath;
-  EXPECT_EQ(s3_request_url(c, "b", "", {{"prefix", "llama/"}, {"list-type", "2"}, {"delimiter", "/"},
-                                        {"continuation-token", "a+b/c="}}),
-            "http://127.0.0.1:8333/base/b?continuation-token=a%2Bb%2Fc%3D&delimiter=%2F&list-type=2&prefix=llama%2F");
+  EXPECT_EQ(
+      s3_request_url(c, "b", "",
+                     {{"prefix", "llama/"}, {"list-type", "2"}, {"delimiter", "/"}, {"continuation-token", "a+b/c="}}),
+      "http://127.0.0.1:8333/base/b?continuation-token=a%2Bb%2Fc%3D&delimiter=%2F&list-type=2&prefix=llama%2F");
 }
 
 TEST(S3Config, ProfilesFromTheSharedFiles) {
   TempDir dir;
   write_bytes(dir.path() + "/credentials",
-             "# comment\n[default]\naws_access_key_id = DEF\naws_secret_access_key = DEFSECRET\n\n"
-             "[dev]\naws_access_key_id=DEVKEY\naws_secret_access_key = DEVSECRET\naws_session_token = T\n");
+              "# comment\n[default]\naws_access_key_id = DEF\naws_secret_access_key = DEFSECRET\n\n"
+              "[dev]\naws_access_key_id=DEVKEY\naws_secret_access_key = DEVSECRET\naws_session_token = T\n");
   write_bytes(dir.path() + "/config",
-             "[default]\nregion = ap-south-1\n[profile dev]\nregion = eu-central-1\n"
-             "endpoint_url = http://minio:9000\ns3 =\n  addressing_style = virtual\n");
+              "[default]\nregion = ap-south-1\n[profile dev]\nregion = eu-central-1\n"
+              "endpoint_url = http://minio:9000\ns3 =\n  addressing_style = virtual\n");
   std::map<std::string, std::string> vars = {{"AWS_SHARED_CREDENTIALS_FILE", dir.path() + "/credentials"},
                                              {"AWS_CONFIG_FILE", dir.path() + "/config"}};
   auto c = resolve_s3_config("s3", fake_env(vars));
@@ -157,7 +158,8 @@ TEST(S3Config, ErrorsNameWhatToSet) {
   ASSERT_FALSE(endpoint.ok());
   EXPECT_NE(endpoint.status().message().find("(from AWS_ENDPOINT_URL) is not an http(s) URL"), std::string::npos);
 
-  auto region = resolve_s3_config("s3", fake_env({{"AWS_REGION", "us-east-1\r\nX-Evil: 1"}, {"AWS_NO_SIGN_REQUEST", "1"}}));
+  auto region =
+      resolve_s3_config("s3", fake_env({{"AWS_REGION", "us-east-1\r\nX-Evil: 1"}, {"AWS_NO_SIGN_REQUEST", "1"}}));
   EXPECT_FALSE(region.ok());
 
   auto anon = resolve_s3_config("s3", fake_env({{"AWS_NO_SIGN_REQUEST", "true"}, {"HOME", dir.path()}}));
@@ -196,12 +198,11 @@ std::string page(const std::string& body, bool truncated = false, const std::str
 }
 
 TEST(S3Xml, ParsesAListPage) {
-  auto p = s3::parse_list_objects_v2(
-      page("<Contents><Key>m/a.safetensors</Key><Size>123</Size></Contents>"
-           "<Contents><Key>m/&lt;odd&amp;name&gt;</Key><Size>0</Size></Contents>"
-           "<CommonPrefixes><Prefix>m/sub/</Prefix></CommonPrefixes>",
-           true, "tok=="),
-      "s3://b/m/");
+  auto p = s3::parse_list_objects_v2(page("<Contents><Key>m/a.safetensors</Key><Size>123</Size></Contents>"
+                                          "<Contents><Key>m/&lt;odd&amp;name&gt;</Key><Size>0</Size></Contents>"
+                                          "<CommonPrefixes><Prefix>m/sub/</Prefix></CommonPrefixes>",
+                                          true, "tok=="),
+                                     "s3://b/m/");
   ASSERT_TRUE(p.ok()) << p.status().to_string();
   ASSERT_EQ(p->objects.size(), 2u);
   EXPECT_EQ(p->objects[0].key, "m/a.safetensors");
@@ -225,7 +226,8 @@ TEST(S3Xml, HostileListingsAreCorruptNamingTheUrl) {
       {"", "not XML"},
       {"<html>503</html>", "root element is 'html'"},
       {"<ListBucketResult><IsTruncated>false</IsTruncated>", "not XML"},
-      {page("<Contents><Size>1</Size></Contents>"), "entry 1 of the page has no readable Key: <Contents><Size>1</Size>"},
+      {page("<Contents><Size>1</Size></Contents>"),
+       "entry 1 of the page has no readable Key: <Contents><Size>1</Size>"},
       // A key the parser cannot read as text is named, not dropped.
       {page("<Contents><Key><b>model</b>.safetensors</Key><Size>1</Size></Contents>"),
        "has no readable Key: <Contents><Key><b>model</b>.safetensors</Key>"},
@@ -297,7 +299,8 @@ TEST(S3Xml, ErrorBodies) {
   EXPECT_FALSE(s3::parse_error_body(""));
   EXPECT_FALSE(s3::parse_error_body("<html><body>Forbidden</body></html>"));
   EXPECT_FALSE(s3::parse_error_body("<Error></Error>"));
-  auto long_msg = s3::parse_error_body("<Error><Code>X</Code><Message>" + std::string(5000, 'm') + "</Message></Error>");
+  auto long_msg =
+      s3::parse_error_body("<Error><Code>X</Code><Message>" + std::string(5000, 'm') + "</Message></Error>");
   ASSERT_TRUE(long_msg);
   EXPECT_LE(long_msg->message.size(), 515u);
 }

@@ -67,8 +67,8 @@ std::vector<Malformed> catalogue() {
       {"element count overflows",
        st_prefix(R"({"w":{"dtype":"F32","shape":[4294967296,4294967296,2],"data_offsets":[0,8]}})") + zeros(8),
        Code::kCorruptData, "overflows", "w"},
-      {"byte count overflows", st_prefix(R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}})") +
-                                   zeros(8),
+      {"byte count overflows",
+       st_prefix(R"({"w":{"dtype":"F64","shape":[4611686018427387904],"data_offsets":[0,8]}})") + zeros(8),
        Code::kCorruptData, "overflows", "w"},
       {"offsets end before begin", st_prefix(R"({"w":{"dtype":"F32","shape":[0],"data_offsets":[4,0]}})") + zeros(4),
        Code::kCorruptData, "end before they begin", "w"},
@@ -79,11 +79,13 @@ std::vector<Malformed> catalogue() {
       {"size mismatch", st_prefix(R"({"w":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})") + zeros(8),
        Code::kCorruptData, "needs 12", "w"},
       {"gap between tensors",
-       st_prefix(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})") +
+       st_prefix(
+           R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})") +
            zeros(12),
        Code::kCorruptData, "gap in the data area", "b"},
       {"overlapping tensors",
-       st_prefix(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})") +
+       st_prefix(
+           R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})") +
            zeros(8),
        Code::kCorruptData, "overlaps", "b"},
       {"data does not start at 0", st_prefix(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})") + zeros(8),
@@ -93,14 +95,16 @@ std::vector<Malformed> catalogue() {
       {"trailing bytes after data", st_prefix("{" + good_w + "}") + zeros(12), Code::kCorruptData,
        "data area ends at byte", ""},
       {"duplicate tensor name",
-       st_prefix(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})") +
+       st_prefix(
+           R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})") +
            zeros(8),
        Code::kCorruptData, "duplicate tensor name", "w"},
       {"metadata not a map", st_prefix(R"({"__metadata__":[1]})"), Code::kCorruptData, "string-to-string", ""},
       {"metadata value not a string", st_prefix(R"({"__metadata__":{"format":1}})"), Code::kCorruptData,
        "is not a string", ""},
-      {"sub-byte dtype with odd count", st_prefix(R"({"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})") + zeros(2),
-       Code::kCorruptData, "whole number of bytes", "w"},
+      {"sub-byte dtype with odd count",
+       st_prefix(R"({"w":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}})") + zeros(2), Code::kCorruptData,
+       "whole number of bytes", "w"},
       {"truncated header", le64(64) + "{\"w\":{\"dtype\":", Code::kCorruptData, "past the end of the file", ""},
   };
   return c;
@@ -194,8 +198,8 @@ struct Owned {
 };
 
 std::vector<Owned> random_tensors(std::mt19937_64& rng, int count) {
-  const DType types[] = {DType::BOOL, DType::U8,  DType::I8,  DType::I16,     DType::U16,     DType::F16,
-                         DType::BF16, DType::I32, DType::U32, DType::F32,     DType::F64,     DType::I64,
+  const DType types[] = {DType::BOOL, DType::U8,  DType::I8,      DType::I16,     DType::U16,    DType::F16,
+                         DType::BF16, DType::I32, DType::U32,     DType::F32,     DType::F64,    DType::I64,
                          DType::U64,  DType::C64, DType::F8_E4M3, DType::F8_E5M2, DType::F8_E8M0};
   std::vector<Owned> out;
   for (int i = 0; i < count; ++i) {
@@ -343,10 +347,11 @@ TEST(SafetensorsWriter, OrderAndFormatMatchHuggingFace) {
   auto L = plan_safetensors(nt, {{"format", "pt"}});
   ASSERT_TRUE(L.ok());
   std::string header = L->prefix.substr(8);
-  EXPECT_EQ(header,
-            R"({"__metadata__":{"format":"pt"},"a_f32":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
-            R"("b_f32":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},"z_u8":{"dtype":"U8","shape":[3],"data_offsets":[12,15]}})"
-            "    ");
+  EXPECT_EQ(
+      header,
+      R"({"__metadata__":{"format":"pt"},"a_f32":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+      R"("b_f32":{"dtype":"F32","shape":[2],"data_offsets":[4,12]},"z_u8":{"dtype":"U8","shape":[3],"data_offsets":[12,15]}})"
+      "    ");
   EXPECT_EQ(L->prefix.size() % 8, 0u);
   EXPECT_EQ(L->total_size, L->prefix.size() + 15);
 }

@@ -43,7 +43,8 @@ class ThreadGroup {
       ++gen1_;
       ++calls_;
       cv_.notify_all();
-    } else if (!wait(lk, [&] { return gen1_ != g1; }, rank)) {
+    } else if (!wait(
+                   lk, [&] { return gen1_ != g1; }, rank)) {
       return Status::Aborted(why_);
     }
     lk.unlock();
@@ -54,7 +55,8 @@ class ThreadGroup {
       arrived_ = departed_ = 0;
       ++gen2_;
       cv_.notify_all();
-    } else if (!wait(lk, [&] { return gen2_ != g2; }, rank)) {
+    } else if (!wait(
+                   lk, [&] { return gen2_ != g2; }, rank)) {
       return Status::Aborted(why_);
     }
     return Status();

@@ -13,7 +13,9 @@ namespace wl {
 namespace {
 
 namespace fs = std::filesystem;
-std::string fixture(const std::string& name) { return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name;
+}
 nlohmann::json expected(const std::string& file) {
   std::ifstream in(fixture("expected.json"));
   return nlohmann::json::parse(in)[file];
@@ -52,8 +54,8 @@ TEST(TorchCli, LsListsAFolderOfBinShards) {
 }
 
 TEST(TorchCli, HostileFilesFailNamingTheFile) {
-  for (std::string f : {"evil_system.pt", "evil_eval.pt", "truncated.bin", "random.bin", "short_storage.pt",
-                        "huge_storage.pt"}) {
+  for (std::string f :
+       {"evil_system.pt", "evil_eval.pt", "truncated.bin", "random.bin", "short_storage.pt", "huge_storage.pt"}) {
     auto r = testing::run_cli({"ls", fixture(f)});
     EXPECT_EQ(r.exit_code, 1) << f;
     EXPECT_EQ(r.err.rfind("weightlift: error: " + fixture(f) + ": ", 0), 0u) << r.err;

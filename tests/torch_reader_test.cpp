@@ -19,7 +19,9 @@ namespace {
 
 using testing::TempDir;
 
-std::string fixture(const std::string& name) { return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name; }
+std::string fixture(const std::string& name) {
+  return std::string(WEIGHTLIFT_SOURCE_DIR) + "/tests/data/torch/" + name;
+}
 
 nlohmann::json expected() {
   std::ifstream in(fixture("expected.json"));
@@ -201,17 +203,36 @@ TEST(TorchPickle, RejectsBadStreams) {
   std::vector<Case> cases = {
       {B("\x80\x02"), "truncated"},
       {B("\x80\x02q\x00."), "stack underflow"},
-      {B("\x80\x02h\x05" "."), "memo key 5"},
-      {B("\x80\x02K\x01K\x02" "u."), "no MARK"},
+      {B("\x80\x02h\x05"
+         "."),
+       "memo key 5"},
+      {B("\x80\x02K\x01K\x02"
+         "u."),
+       "no MARK"},
       {B("\x80\x02I1\n."), "unsupported pickle opcode 0x49"},
-      {B("\x80\x09" "."), "protocol 9"},
-      {B("\x80\x02X\xff\xff\xff\x7f" "ab."), "runs past the end"},
-      {B("\x80\x02" "cos\nsystem\n."), "'os.system'"},
-      {B("\x80\x02\x8c\x08" "builtins\x8c\x04" "exec\x93."), "'builtins.exec'"},
-      {B("\x80\x02" "ctorch\nFloatStorage\n)R."), "cannot be called"},
+      {B("\x80\x09"
+         "."),
+       "protocol 9"},
+      {B("\x80\x02X\xff\xff\xff\x7f"
+         "ab."),
+       "runs past the end"},
+      {B("\x80\x02"
+         "cos\nsystem\n."),
+       "'os.system'"},
+      {B("\x80\x02\x8c\x08"
+         "builtins\x8c\x04"
+         "exec\x93."),
+       "'builtins.exec'"},
+      {B("\x80\x02"
+         "ctorch\nFloatStorage\n)R."),
+       "cannot be called"},
       {B("\x80\x02]q\x00K\x01Q."), "persistent_load id"},
-      {B("\x80\x02K\x01K\x02" "b."), "BUILD is only allowed"},
-      {B("\x80\x02" "ctorch._utils\n_rebuild_sparse_tensor\n)R."), "not supported"},
+      {B("\x80\x02K\x01K\x02"
+         "b."),
+       "BUILD is only allowed"},
+      {B("\x80\x02"
+         "ctorch._utils\n_rebuild_sparse_tensor\n)R."),
+       "not supported"},
   };
 #undef B
   for (auto& c : cases) {
@@ -226,7 +247,10 @@ TEST(TorchPickle, RejectsBadStreams) {
 TEST(TorchPickle, DeepNestingAndCyclesAreBounded) {
   // A list that contains itself: flattening must stop at the depth limit.
   pickle::Unpickler u("cyc.pkl", nullptr);
-  auto r = u.load(std::string("\x80\x02]q\x00h\x00" "a.", 9));
+  auto r =
+      u.load(std::string("\x80\x02]q\x00h\x00"
+                         "a.",
+                         9));
   ASSERT_TRUE(r.ok()) << r.status().to_string();
   std::vector<std::pair<std::string, size_t>> out;
   Status s = pickle::flatten_tensors(*r, &out, "cyc.pkl");

@@ -32,7 +32,8 @@ int run_convert(const ConvertArgs& a) {
       std::filesystem::path p(a.input);
       out = (p.parent_path() / safetensors_name_for(p.filename().string())).string();
     } else if (env->is_directory(out)) {
-      out = (std::filesystem::path(out) / safetensors_name_for(std::filesystem::path(a.input).filename().string())).string();
+      out = (std::filesystem::path(out) / safetensors_name_for(std::filesystem::path(a.input).filename().string()))
+                .string();
     }
     r = convert_pytorch_to_safetensors(a.input, out, o, env);
   }

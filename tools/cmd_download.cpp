@@ -64,8 +64,8 @@ int run_url_download(const DownloadArgs& a) {
       for (size_t i = 0; i < r->left_out.size() && i < 5; ++i) some += (i ? ", " : "") + r->left_out[i];
       if (r->left_out.size() > 5) some += fmt::format(", ... ({} more)", r->left_out.size() - 5);
       std::fprintf(stderr, "weightlift: left out %zu other file%s under %s (not weights%s): %s\n", r->left_out.size(),
-                   r->left_out.size() == 1 ? "" : "s", a.repo.c_str(), a.configs ? " or configs" : "; --configs adds configs",
-                   some.c_str());
+                   r->left_out.size() == 1 ? "" : "s", a.repo.c_str(),
+                   a.configs ? " or configs" : "; --configs adds configs", some.c_str());
     }
   }
   std::printf("%s\n", a.dir.c_str());
@@ -76,7 +76,9 @@ int run_download(const DownloadArgs& a) {
   auto net = apply_network_flags(a.net);
   if (!net.ok()) return usage_error(net.status().message());
   if (is_url(a.repo)) return run_url_download(a);
-  if (!a.dir.empty()) return usage_error("DIR is for s3://, gs:// and http(s):// sources; a Hub repository goes to the cache (--cache-dir)");
+  if (!a.dir.empty())
+    return usage_error(
+        "DIR is for s3://, gs:// and http(s):// sources; a Hub repository goes to the cache (--cache-dir)");
   if (a.configs) return usage_error("--configs is for s3:// and gs:// sources; use --include for a Hub repository");
   HubOptions o;
   o.cache_dir = a.cache_dir;

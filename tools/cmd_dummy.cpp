@@ -11,8 +11,8 @@
 
 #include "command.h"
 #include "weightlift/checkpoint.h"
-#include "weightlift/gpu.h"
 #include "weightlift/dummy.h"
+#include "weightlift/gpu.h"
 #include "weightlift/hash.h"
 #include "weightlift/weight_files.h"
 

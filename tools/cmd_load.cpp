@@ -163,8 +163,8 @@ int run_load(const LoadArgs& a) {
   std::unique_ptr<gpu::DeviceDestination> dest;
   if (device->kind != DeviceKind::kCpu) {
     if (Status s = gpu::check_device(*device); !s.ok()) return fail(s);
-    auto d = device->kind == DeviceKind::kCuda ? gpu::cuda_destination(*device, {.gds = *gds})
-                                               : gpu::pinned_destination();
+    auto d =
+        device->kind == DeviceKind::kCuda ? gpu::cuda_destination(*device, {.gds = *gds}) : gpu::pinned_destination();
     if (!d.ok()) return fail(d.status());
     dest = std::move(*d);
     opt.destination = dest.get();
@@ -242,10 +242,8 @@ int run_load(const LoadArgs& a) {
         WL_RETURN_IF_ERROR(gpu::copy_to_host(t.view, host->span()));
         digest = sha256_hex(host->span());
       }
-      nlohmann::ordered_json j = {{"name", t.name},
-                                  {"dtype", dtype_name(t.view.dtype())},
-                                  {"shape", t.view.shape()},
-                                  {"sha256", digest}};
+      nlohmann::ordered_json j = {
+          {"name", t.name}, {"dtype", dtype_name(t.view.dtype())}, {"shape", t.view.shape()}, {"sha256", digest}};
       std::string line = a.format == "jsonl"
                              ? j.dump() + "\n"
                              : fmt::format("{:<56} {:<6} {:<20} {}\n", t.name, dtype_name(t.view.dtype()),
@@ -267,7 +265,10 @@ int run_load(const LoadArgs& a) {
   double gbps = r->seconds > 0 ? static_cast<double>(r->bytes) / r->seconds / 1e9 : 0.0;
   std::string strat = a.dummy ? std::string("dummy") : std::string(strategy_name(r->strategy));
   if (r->strategy == Strategy::kStream)
-    strat += r->gds ? " (GDS)" : r->direct_io ? " (O_DIRECT)" : r->host_registered ? " (page cache, registered)" : " (buffered)";
+    strat += r->gds               ? " (GDS)"
+             : r->direct_io       ? " (O_DIRECT)"
+             : r->host_registered ? " (page cache, registered)"
+                                  : " (buffered)";
   if (device->kind == DeviceKind::kCuda && *strategy != Strategy::kAuto && *strategy != r->strategy)
     strat += fmt::format(" (asked: {}; a device load streams)", strategy_name(*strategy));
   if (world)
@@ -305,7 +306,8 @@ RunFn setup_load(CLI::App& sub) {
   sub.add_option("--shard-rule", a->shard_rules, "PATTERN:DIM: tensors matching the glob split along DIM");
   sub.add_option("--experts", a->experts, "local expert ids, e.g. 0-7,12: other experts' weights are never read");
   sub.add_option("--max-memory", a->max_memory, "stream: cap on the loader's working memory, e.g. 512MiB");
-  sub.add_option("--direct", a->direct, "stream: O_DIRECT auto | on | off")->check(CLI::IsMember({"auto", "on", "off"}));
+  sub.add_option("--direct", a->direct, "stream: O_DIRECT auto | on | off")
+      ->check(CLI::IsMember({"auto", "on", "off"}));
   sub.add_option("--revision", a->revision, "Hub revision when PATH is a repository id");
   sub.add_flag("--offline", a->offline, "resolve repository ids from the local Hub cache only");
   sub.add_flag("--dummy", a->dummy, "fill every tensor with reproducible random values instead of reading it");

@@ -29,14 +29,20 @@ int run_ls(const LsArgs& a) {
   const std::vector<std::string>& files = *resolved;
   std::string out;
   if (a.format == "table")
-    out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", "NAME", "DTYPE", "SHAPE", "FILE", "OFFSET", "BYTES");
+    out +=
+        fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", "NAME", "DTYPE", "SHAPE", "FILE", "OFFSET", "BYTES");
   for (auto& f : files) {
     auto ck = open_checkpoint(f);
     if (!ck.ok()) return fail(ck.status());
     for (auto& t : (*ck)->tensors()) {
       if (a.format == "jsonl") {
-        nlohmann::ordered_json j = {{"name", t.name},   {"dtype", dtype_name(t.dtype)}, {"shape", t.shape},
-                                    {"file", f},        {"offset", t.file_offset ? nlohmann::ordered_json(*t.file_offset) : nlohmann::ordered_json()},          {"bytes", t.nbytes}};
+        nlohmann::ordered_json j = {
+            {"name", t.name},
+            {"dtype", dtype_name(t.dtype)},
+            {"shape", t.shape},
+            {"file", f},
+            {"offset", t.file_offset ? nlohmann::ordered_json(*t.file_offset) : nlohmann::ordered_json()},
+            {"bytes", t.nbytes}};
         out += j.dump() + "\n";
       } else {
         out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", t.name, dtype_name(t.dtype),

@@ -29,7 +29,8 @@ int run_quant_config(const QuantConfigArgs& a) {
   if (a.list) {
     for (const auto& m : quantization_methods()) {
       auto files = quant_config_filenames(m);
-      std::printf("%-20s %s\n", m.c_str(), files->empty() ? "(defaults)" : fmt::format("{}", fmt::join(*files, " ")).c_str());
+      std::printf("%-20s %s\n", m.c_str(),
+                  files->empty() ? "(defaults)" : fmt::format("{}", fmt::join(*files, " ")).c_str());
     }
     return 0;
   }

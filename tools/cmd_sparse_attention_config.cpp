@@ -27,7 +27,9 @@ RunFn setup_sparse(CLI::App& sub) {
   sub.add_option("--download-dir", a->download_dir, "download cache (also where the lock lives)");
   return [a] {
     JsonDownloader download = [](const std::string& repo, const std::string& revision, const std::string& pattern,
-                                 const std::string& dir) { return download_config_files(repo, revision, pattern, dir); };
+                                 const std::string& dir) {
+      return download_config_files(repo, revision, pattern, dir);
+    };
     auto r = get_sparse_attention_config(a->model, a->revision, a->download_dir, download, a->file);
     if (!r.ok()) return fail(r.status());
     std::printf("%s\n", nlohmann::json::parse(*r).dump(2).c_str());

@@ -14,8 +14,9 @@ namespace wl::cli {
 void add_network_flags(CLI::App& sub, NetworkFlags& f) {
   sub.add_option("--connect-timeout", f.connect_timeout,
                  "seconds to open a connection (default 10; WEIGHTLIFT_CONNECT_TIMEOUT)");
-  sub.add_option("--stall-timeout", f.stall_timeout,
-                 "seconds a transfer may stay under 1 KiB/s before it is aborted (default 10; WEIGHTLIFT_STALL_TIMEOUT)");
+  sub.add_option(
+      "--stall-timeout", f.stall_timeout,
+      "seconds a transfer may stay under 1 KiB/s before it is aborted (default 10; WEIGHTLIFT_STALL_TIMEOUT)");
   sub.add_option("--retries", f.retries, "tries after the first for a failed request (default 4; WEIGHTLIFT_RETRIES)");
   sub.add_option("--request-timeout", f.request_timeout,
                  "seconds for one request, all its tries and resumes (default none; WEIGHTLIFT_REQUEST_TIMEOUT)");

@@ -17,7 +17,9 @@
 #include <thread>
 #include <vector>
 
-static double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+static double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
@@ -35,18 +37,25 @@ int main(int argc, char** argv) {
       std::memcpy(b, a, n);
       best = std::min(best, now() - t0);
     }
-    std::printf("{\"limit\": \"memcpy (1 thread)\", \"seconds\": %.6f, \"bytes\": %zu, \"check\": %d}\n", best, n, b[n / 2]);
+    std::printf("{\"limit\": \"memcpy (1 thread)\", \"seconds\": %.6f, \"bytes\": %zu, \"check\": %d}\n", best, n,
+                b[n / 2]);
     return 0;
   }
   if (mode == "odirect" && argc >= 4) {
     int threads = std::atoi(argv[2]);
-    struct Part { int fd; size_t off, len; };
+    struct Part {
+      int fd;
+      size_t off, len;
+    };
     std::vector<Part> parts;
     size_t total = 0;
     std::vector<std::pair<int, size_t>> files;
     for (int i = 3; i < argc; ++i) {
       int fd = ::open(argv[i], O_RDONLY | O_DIRECT);
-      if (fd < 0) { std::perror(argv[i]); return 1; }
+      if (fd < 0) {
+        std::perror(argv[i]);
+        return 1;
+      }
       size_t sz = static_cast<size_t>(::lseek(fd, 0, SEEK_END)) & ~size_t(4095);
       files.push_back({fd, sz});
       total += sz;

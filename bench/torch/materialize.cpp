@@ -3,11 +3,11 @@
 // them all alive until the end. Prints one JSON line: seconds, bytes, tensors.
 // Built by bench/torch/run_torch_bench against build/lib/libweightlift.a.
 #include <atomic>
-#include <map>
-#include <tuple>
 #include <chrono>
 #include <cstdio>
+#include <map>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include "weightlift/torch.h"
@@ -22,9 +22,12 @@ int main(int argc, char** argv) {
   std::vector<std::string> files;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
-    if (a == "--threads" && i + 1 < argc) threads = std::atoi(argv[++i]);
-    else if (a == "--mode" && i + 1 < argc) views = std::string(argv[++i]) == "view";
-    else files.push_back(a);
+    if (a == "--threads" && i + 1 < argc)
+      threads = std::atoi(argv[++i]);
+    else if (a == "--mode" && i + 1 < argc)
+      views = std::string(argv[++i]) == "view";
+    else
+      files.push_back(a);
   }
   auto t0 = std::chrono::steady_clock::now();
   uint64_t bytes = 0, count = 0;

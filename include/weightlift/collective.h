@@ -90,9 +90,9 @@ Result<std::unique_ptr<Collective>> nccl_collective(void* comm, void* stream, in
 // The engine infers it from LoadOptions: shard_rules set means kShard, and
 // local_experts (which may differ by rank) further drops other ranks' experts.
 enum class RankResult {
-  kReplica,       // every tensor, whole, on every rank
-  kShard,         // tensors matching a shard rule: only this rank's slice
-                  // (LoadOptions.tp_rank = rank, tp_size = world); others whole
+  kReplica,  // every tensor, whole, on every rank
+  kShard,    // tensors matching a shard rule: only this rank's slice
+             // (LoadOptions.tp_rank = rank, tp_size = world); others whole
 };
 
 }  // namespace wl

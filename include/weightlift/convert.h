@@ -23,14 +23,14 @@
 namespace wl {
 
 struct ConvertOptions {
-  bool verify = true;               // read every tensor back and compare bytes
-  double max_size_growth = 0.01;    // refuse an output larger than input x (1 + this)
+  bool verify = true;             // read every tensor back and compare bytes
+  double max_size_growth = 0.01;  // refuse an output larger than input x (1 + this)
 };
 
 struct ConvertResult {
-  std::vector<std::string> outputs;      // safetensors files written (and the index, for a folder)
-  uint64_t tensors = 0;                  // tensors written
-  std::vector<std::string> dropped;      // names dropped because they share storage with an earlier one
+  std::vector<std::string> outputs;  // safetensors files written (and the index, for a folder)
+  uint64_t tensors = 0;              // tensors written
+  std::vector<std::string> dropped;  // names dropped because they share storage with an earlier one
   uint64_t input_bytes = 0;
   uint64_t output_bytes = 0;
 };

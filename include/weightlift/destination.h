@@ -36,7 +36,7 @@ namespace wl {
 
 // What the engine asks memory for: one tensor (this rank's part of it).
 struct TensorRequest : TensorMeta {  // shape, nbytes: of the bytes to write (the shard's)
-  uint64_t ordinal = 0;               // position in checkpoint order
+  uint64_t ordinal = 0;              // position in checkpoint order
 };
 
 // One tensor's memory: exactly `size` bytes at `data` on `device`.
@@ -145,7 +145,10 @@ class Destination {
   // Before the first allocate(): every tensor the load will allocate, in
   // checkpoint order, so that a destination can take one allocation per load
   // (tensors are then views with a shared owner). Optional.
-  virtual Status reserve(std::span<const TensorRequest> tensors) { (void)tensors; return Status(); }
+  virtual Status reserve(std::span<const TensorRequest> tensors) {
+    (void)tensors;
+    return Status();
+  }
   // Memory for one tensor, exactly request.nbytes. Thread-safe.
   virtual Result<Region> allocate(const TensorRequest& request) = 0;
   // nullptr when the memory is host-accessible (the engine reads into it);

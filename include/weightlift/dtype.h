@@ -13,14 +13,14 @@ namespace wl {
 
 enum class DType : uint8_t {
   BOOL = 0,
-  F4,        // float4 e2m1, two per byte (4 bits)
-  F6_E2M3,   // 6 bits
-  F6_E3M2,   // 6 bits
+  F4,       // float4 e2m1, two per byte (4 bits)
+  F6_E2M3,  // 6 bits
+  F6_E3M2,  // 6 bits
   U8,
   I8,
   F8_E5M2,
-  F8_E4M3,   // float8_e4m3fn
-  F8_E8M0,   // float8_e8m0fnu (MX scales)
+  F8_E4M3,  // float8_e4m3fn
+  F8_E8M0,  // float8_e8m0fnu (MX scales)
   I16,
   U16,
   F16,
@@ -28,13 +28,13 @@ enum class DType : uint8_t {
   I32,
   U32,
   F32,
-  C64,       // complex64
+  C64,  // complex64
   F64,
   I64,
   U64,
   // Not storable in safetensors:
-  C128,         // complex128
-  C32,          // complex32 (torch.chalf)
+  C128,  // complex128
+  C32,   // complex32 (torch.chalf)
   // Storable in safetensors like the first block (listed here to keep the numbering).
   F8_E4M3FNUZ,
   F8_E5M2FNUZ,
@@ -51,8 +51,8 @@ int dtype_size(DType t);
 std::string_view dtype_name(DType t);
 // Parses a safetensors dtype name; nullopt when unknown. Case-sensitive, as safetensors is.
 std::optional<DType> dtype_from_name(std::string_view name);
-bool dtype_is_float(DType t);           // floating kinds, float8 and sub-byte floats included
-bool dtype_in_safetensors(DType t);     // false for C128 and C32
+bool dtype_is_float(DType t);        // floating kinds, float8 and sub-byte floats included
+bool dtype_in_safetensors(DType t);  // false for C128 and C32
 
 // Byte size of `numel` elements; nullopt when the bit count overflows or is not whole bytes.
 std::optional<uint64_t> dtype_nbytes(DType t, uint64_t numel);

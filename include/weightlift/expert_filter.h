@@ -27,8 +27,7 @@ Result<ExpertPlacement> parse_expert_placement(std::string_view text);
 // balanced blocks (the first num%size ranks get one more), round-robin gives
 // ids rank, rank+size, ... ep_size <= 1 gives nullopt (no filtering).
 // Bad arguments (negative counts, rank out of range) are kInvalidArgument.
-Result<std::optional<std::set<int64_t>>> compute_local_expert_ids(int64_t num_experts, int64_t ep_size,
-                                                                  int64_t ep_rank,
+Result<std::optional<std::set<int64_t>>> compute_local_expert_ids(int64_t num_experts, int64_t ep_size, int64_t ep_rank,
                                                                   ExpertPlacement placement = ExpertPlacement::kLinear);
 
 // True when `name` is an expert weight (".weight" or ".weight_packed" suffix;

@@ -85,17 +85,17 @@ Result<MemoryInfo> memory_info(int device);
 // milliseconds (0: not done, or not needed). Reported by `load --verbose`,
 // Python's gpu_process_costs() and bench/gpu.
 struct ProcessCosts {
-  double detect_ms = 0;   // the function table: libcuda and cuInit, the runtime (/proc/self/maps, dlopen)
-  double kernels_ms = 0;  // dlopen of libweightlift_cuda.so (dummy weights, or the runtime it carries)
-  double context_ms = 0;  // the devices' primary contexts (none here when torch made them first)
-  double ring_ms = 0;     // cudaHostAlloc of the ring's first 8 slots (pages resident: no first touch)
+  double detect_ms = 0;     // the function table: libcuda and cuInit, the runtime (/proc/self/maps, dlopen)
+  double kernels_ms = 0;    // dlopen of libweightlift_cuda.so (dummy weights, or the runtime it carries)
+  double context_ms = 0;    // the devices' primary contexts (none here when torch made them first)
+  double ring_ms = 0;       // cudaHostAlloc of the ring's first 8 slots (pages resident: no first touch)
   double ring_grow_ms = 0;  // the rest of the ring, pinned on a thread of its own while loads run
   uint64_t ring_bytes = 0;
-  double copier_ms = 0;      // copy streams, their events and the completion thread
-  double gds_probe_ms = 0;   // GPUDirect Storage's platform checks (/proc, /sys), per filesystem
-  double cufile_ms = 0;      // dlopen of libcufile and cuFileDriverOpen: only where GDS can work
+  double copier_ms = 0;            // copy streams, their events and the completion thread
+  double gds_probe_ms = 0;         // GPUDirect Storage's platform checks (/proc, /sys), per filesystem
+  double cufile_ms = 0;            // dlopen of libcufile and cuFileDriverOpen: only where GDS can work
   double first_allocation_ms = 0;  // the first load's device allocation (cudaMalloc of its arena)
-  bool warm_up = false;      // detection, context, ring and copier ran on warm_up()'s thread
+  bool warm_up = false;            // detection, context, ring and copier ran on warm_up()'s thread
   // "detect 3.1 ms, context 210.0 ms, ring 256 MiB 18.2 ms, ..." (parts not paid are left out).
   std::string to_string() const;
 };
@@ -114,9 +114,9 @@ void wait_warm_up();
 // ---- the staging ring ---------------------------------------------------------
 
 struct RingOptions {
-  uint32_t slots = 8;                    // 2..64
+  uint32_t slots = 8;                       // 2..64
   uint64_t slot_bytes = uint64_t{8} << 20;  // 64 KiB..256 MiB, a multiple of 4096
-  int streams = 2;                       // copy streams per device, 1..8
+  int streams = 2;                          // copy streams per device, 1..8
 };
 // "SLOTSxSIZE[xSTREAMS]", e.g. "8x8MiB" or "32x8MiBx2": read when the ring is created.
 inline constexpr const char* kRingEnv = "WEIGHTLIFT_PINNED_RING";

@@ -71,17 +71,17 @@ struct HttpOptions {
   HttpOptions();
 
   std::string user_agent = "weightlift/0.1";
-  double connect_timeout_s = 10;   // WEIGHTLIFT_CONNECT_TIMEOUT
-  double stall_timeout_s = 10;     // WEIGHTLIFT_STALL_TIMEOUT: abort when < 1 KiB/s for this long (whole seconds, >= 1)
-  double request_timeout_s = 0;    // WEIGHTLIFT_REQUEST_TIMEOUT: one request, all its attempts and resumes; 0 = none
-  int max_redirects = 10;          // WEIGHTLIFT_MAX_REDIRECTS
-  RetryPolicy retry;               // WEIGHTLIFT_RETRIES = retry.max_attempts - 1
+  double connect_timeout_s = 10;  // WEIGHTLIFT_CONNECT_TIMEOUT
+  double stall_timeout_s = 10;    // WEIGHTLIFT_STALL_TIMEOUT: abort when < 1 KiB/s for this long (whole seconds, >= 1)
+  double request_timeout_s = 0;   // WEIGHTLIFT_REQUEST_TIMEOUT: one request, all its attempts and resumes; 0 = none
+  int max_redirects = 10;         // WEIGHTLIFT_MAX_REDIRECTS
+  RetryPolicy retry;              // WEIGHTLIFT_RETRIES = retry.max_attempts - 1
   uint64_t max_header_bytes = uint64_t{256} << 10;     // all header lines of one response
   uint64_t max_error_body_bytes = uint64_t{64} << 10;  // a non-2xx body kept for the message
   // Listings (S3 ListObjectsV2 pages, Hub tree pages): a listing that needs
   // more pages or holds more entries is an error naming the cap.
-  uint64_t max_list_pages = 10000;       // WEIGHTLIFT_LIST_MAX_PAGES
-  uint64_t max_list_entries = 1000000;   // WEIGHTLIFT_LIST_MAX_ENTRIES
+  uint64_t max_list_pages = 10000;      // WEIGHTLIFT_LIST_MAX_PAGES
+  uint64_t max_list_entries = 1000000;  // WEIGHTLIFT_LIST_MAX_ENTRIES
   // After a request failed every attempt without any answer from its host
   // (refused, unreachable, silent), requests to that host fail at once for
   // this long (process-wide, naming the first failure); 0 turns it off for

@@ -50,19 +50,19 @@
 namespace wl {
 
 struct HubOptions {
-  std::string endpoint;              // "" = $HF_ENDPOINT or https://huggingface.co
-  std::string cache_dir;             // "" = $HF_HUB_CACHE ... ~/.cache/huggingface/hub
-  std::optional<std::string> token;  // nullopt = $HF_TOKEN or the token file; "" = no token
-  std::optional<bool> offline;       // nullopt = $HF_HUB_OFFLINE; true: never touch the network
-  std::string repo_type = "model";   // model, dataset or space
-  int max_workers = 8;               // files downloaded at once
-  int connections_per_file = 8;      // parallel ranged requests for one large file
+  std::string endpoint;                       // "" = $HF_ENDPOINT or https://huggingface.co
+  std::string cache_dir;                      // "" = $HF_HUB_CACHE ... ~/.cache/huggingface/hub
+  std::optional<std::string> token;           // nullopt = $HF_TOKEN or the token file; "" = no token
+  std::optional<bool> offline;                // nullopt = $HF_HUB_OFFLINE; true: never touch the network
+  std::string repo_type = "model";            // model, dataset or space
+  int max_workers = 8;                        // files downloaded at once
+  int connections_per_file = 8;               // parallel ranged requests for one large file
   uint64_t chunk_bytes = 16ull << 20;         // size of one ranged request
   uint64_t parallel_min_bytes = 64ull << 20;  // files at least this large are split
-  bool progress = false;             // a byte progress bar on stderr
+  bool progress = false;                      // a byte progress bar on stderr
   HttpOptions http;
   std::function<void(const std::string&)> log;  // info/warning lines (never contain the token)
-  Env* env = nullptr;                // every cache read and write goes through it; nullptr = Env::Default()
+  Env* env = nullptr;                           // every cache read and write goes through it; nullptr = Env::Default()
 };
 
 // The effective settings after the environment is consulted.
@@ -128,8 +128,7 @@ Result<std::string> hf_hub_download(const std::string& repo_id, const std::strin
 // matching `pattern` at `revision` ("" = main) into `cache_dir` ("" = the
 // Hub's default); `o` supplies everything else (offline, endpoint, log).
 Result<std::string> download_config_files(const std::string& repo_id, const std::string& revision,
-                                          const std::string& pattern, const std::string& cache_dir,
-                                          HubOptions o = {});
+                                          const std::string& pattern, const std::string& cache_dir, HubOptions o = {});
 
 // ---- vLLM's logic on top -----------------------------------------------------
 

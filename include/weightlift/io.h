@@ -133,9 +133,9 @@ class WritableFile {
 };
 
 struct WriteOptions {
-  unsigned mode = 0644;     // permission bits for a new file (minus umask)
-  bool truncate = true;     // false: keep existing contents (resume), append at the end
-  bool exclusive = false;   // fail with kAlreadyExists when the file exists
+  unsigned mode = 0644;    // permission bits for a new file (minus umask)
+  bool truncate = true;    // false: keep existing contents (resume), append at the end
+  bool exclusive = false;  // fail with kAlreadyExists when the file exists
 };
 
 struct DirEntry {

@@ -98,8 +98,7 @@ class AtomicWriter {
 // becomes kInternal). Text and binary content are both plain bytes (POSIX text
 // mode does not translate). `mode` is the new file's permission before the
 // umask; 0600 matches the reference (mkstemp's mode survives os.replace).
-Status atomic_write(const std::string& path, const std::function<Status(AtomicWriter&)>& fill,
-                    unsigned mode = 0600);
+Status atomic_write(const std::string& path, const std::function<Status(AtomicWriter&)>& fill, unsigned mode = 0600);
 Status atomic_write_bytes(const std::string& path, std::span<const std::byte> data, unsigned mode = 0600);
 inline Status atomic_write_text(const std::string& path, std::string_view text, unsigned mode = 0600) {
   return atomic_write_bytes(path, std::as_bytes(std::span(text.data(), text.size())), mode);

@@ -42,9 +42,9 @@ AutoDecision decide_prefetch(std::string fstype, uint64_t checkpoint_bytes, uint
                              bool requested = false);
 
 struct PrefetchOptions {
-  int threads = kDefaultPrefetchThreads;       // >= 1
+  int threads = kDefaultPrefetchThreads;            // >= 1
   uint64_t block_size = kDefaultPrefetchBlockSize;  // >= 1
-  int rank = 0, world_size = 1;                // files[rank::world_size]
+  int rank = 0, world_size = 1;                     // files[rank::world_size]
   Env* env = Env::Default();
   // One line at every 10% of files ("Prefetching checkpoint files: 10% (1/10)").
   std::function<void(const std::string&)> log;

@@ -23,9 +23,9 @@ namespace wl {
 // Downloads the files of `repo_id` matching `allow_pattern` ("*.json") at
 // `revision` (empty: default branch) into the cache `download_dir` (empty:
 // the hub's default cache) and returns the local snapshot folder.
-using JsonDownloader = std::function<Result<std::string>(const std::string& repo_id, const std::string& revision,
-                                                         const std::string& allow_pattern,
-                                                         const std::string& download_dir)>;
+using JsonDownloader =
+    std::function<Result<std::string>(const std::string& repo_id, const std::string& revision,
+                                      const std::string& allow_pattern, const std::string& download_dir)>;
 
 // The vLLM quantization methods we know, in vLLM's order.
 const std::vector<std::string>& quantization_methods();
@@ -51,23 +51,23 @@ struct QuantConfigRequest {
 };
 
 enum class QuantConfigSource {
-  kHfConfig,           // config.json "quantization_config"
-  kTextConfig,         // config.json text_config.quantization_config
-  kCompressionConfig,  // config.json "compression_config"
-  kOverrideFile,       // hf_overrides.quantization_config_file (torchao)
-  kOverrideDictJson,   // hf_overrides.quantization_config_dict_json (torchao)
-  kOnline,             // online quantization arguments
+  kHfConfig,              // config.json "quantization_config"
+  kTextConfig,            // config.json text_config.quantization_config
+  kCompressionConfig,     // config.json "compression_config"
+  kOverrideFile,          // hf_overrides.quantization_config_file (torchao)
+  kOverrideDictJson,      // hf_overrides.quantization_config_dict_json (torchao)
+  kOnline,                // online quantization arguments
   kInflightBitsandbytes,  // bitsandbytes without a checkpoint config: {}
-  kDefault,            // the method has no config file: its defaults, {}
-  kFile,               // a config file of the model folder
+  kDefault,               // the method has no config file: its defaults, {}
+  kFile,                  // a config file of the model folder
 };
 std::string_view quant_config_source_name(QuantConfigSource s);  // "hf_config", "file", ...
 
 struct QuantConfigResult {
-  std::string config;     // JSON text: what the method's from_config() receives
+  std::string config;  // JSON text: what the method's from_config() receives
   QuantConfigSource source = QuantConfigSource::kDefault;
-  std::string file;       // the file read (kFile, kOverrideFile, config.json sources)
-  std::string folder;     // the folder searched (kFile / kDefault after lookup)
+  std::string file;    // the file read (kFile, kOverrideFile, config.json sources)
+  std::string folder;  // the folder searched (kFile / kDefault after lookup)
 };
 
 // get_quant_config(), branch for branch; see docs/model.md for the order.

@@ -133,8 +133,8 @@ std::unique_ptr<Env> new_s3_env(std::string scheme, std::optional<S3Config> conf
 const std::vector<std::string>& model_config_patterns();
 
 struct ModelDownloadOptions {
-  bool configs = false;  // also the files matching model_config_patterns()
-  int threads = 16;      // ranged reads in flight per file (1..256)
+  bool configs = false;                      // also the files matching model_config_patterns()
+  int threads = 16;                          // ranged reads in flight per file (1..256)
   uint64_t chunk_bytes = uint64_t{8} << 20;  // one read (64 KiB..1 GiB)
   Env* env = Env::Default();                 // both the source and the destination
   // Called after each chunk with (bytes done, bytes total) of the whole copy.

@@ -42,8 +42,8 @@ struct TensorInfo : TensorMeta {
 
 // The parsed header of one file.
 struct SafetensorsHeader {
-  uint64_t header_size = 0;  // N
-  uint64_t data_start = 0;   // 8 + N
+  uint64_t header_size = 0;         // N
+  uint64_t data_start = 0;          // 8 + N
   std::vector<TensorInfo> tensors;  // in file (offset) order
   std::map<std::string, std::string> metadata;
 };
@@ -108,10 +108,10 @@ struct NamedTensor {
 // larger alignment first), then by name; the JSON is compact,
 // "__metadata__" comes first, and the header is padded with spaces to 8 bytes.
 struct SafetensorsLayout {
-  std::string prefix;          // 8-byte length + header
-  std::vector<size_t> order;   // indices into the input, in data order
-  std::vector<uint64_t> begin; // data_offsets[0] per input index
-  uint64_t total_size = 0;     // prefix + all data
+  std::string prefix;           // 8-byte length + header
+  std::vector<size_t> order;    // indices into the input, in data order
+  std::vector<uint64_t> begin;  // data_offsets[0] per input index
+  uint64_t total_size = 0;      // prefix + all data
 };
 Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
                                            const std::map<std::string, std::string>& metadata = {});

@@ -36,13 +36,13 @@ const ShardRule* find_shard_rule(std::span<const ShardRule> rules, std::string_v
 
 // The bytes rank `rank` of `world` reads of a row-major tensor split along `dim`.
 struct ShardLayout {
-  int dim = 0;             // normalized, >= 0
-  Shape shape;             // the shard's shape
-  uint64_t nbytes = 0;     // outer * run
-  uint64_t outer = 1;      // number of runs
-  uint64_t run = 0;        // bytes per run
-  uint64_t stride = 0;     // bytes between run starts in the full tensor
-  uint64_t first = 0;      // offset of the first run inside the full tensor
+  int dim = 0;          // normalized, >= 0
+  Shape shape;          // the shard's shape
+  uint64_t nbytes = 0;  // outer * run
+  uint64_t outer = 1;   // number of runs
+  uint64_t run = 0;     // bytes per run
+  uint64_t stride = 0;  // bytes between run starts in the full tensor
+  uint64_t first = 0;   // offset of the first run inside the full tensor
 };
 // kInvalidArgument when dim is out of range, world < 1, rank outside [0, world),
 // the dim does not divide by world, or the dtype is narrower than a byte.

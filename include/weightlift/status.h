@@ -17,19 +17,19 @@ namespace wl {
 
 enum class Code : uint8_t {
   kOk = 0,
-  kInvalidArgument,  // the caller passed something unusable (bad flag, bad shape)
-  kNotFound,         // file, tensor, repository or revision does not exist
-  kCorruptData,      // a file's bytes violate its format (abseil's kDataLoss)
-  kOutOfRange,       // a range past the end of a file or tensor
-  kUnavailable,      // retryable: network down, server busy (429/5xx)
-  kCancelled,        // a progress callback asked to stop
-  kUnimplemented,    // a valid input we do not support (yet)
-  kIoError,          // the OS failed a read or write (EIO, ENOSPC, ...)
-  kPermissionDenied, // EACCES, gated repository, bad token
+  kInvalidArgument,   // the caller passed something unusable (bad flag, bad shape)
+  kNotFound,          // file, tensor, repository or revision does not exist
+  kCorruptData,       // a file's bytes violate its format (abseil's kDataLoss)
+  kOutOfRange,        // a range past the end of a file or tensor
+  kUnavailable,       // retryable: network down, server busy (429/5xx)
+  kCancelled,         // a progress callback asked to stop
+  kUnimplemented,     // a valid input we do not support (yet)
+  kIoError,           // the OS failed a read or write (EIO, ENOSPC, ...)
+  kPermissionDenied,  // EACCES, gated repository, bad token
   kAlreadyExists,
-  kInternal,         // a bug in weightlift
-  kAborted,          // a concurrent change or a peer's failure stopped the work
-                     // (a file replaced mid-load, another rank failed); retrying may succeed
+  kInternal,  // a bug in weightlift
+  kAborted,   // a concurrent change or a peer's failure stopped the work
+              // (a file replaced mid-load, another rank failed); retrying may succeed
 };
 
 // Stable lower-case name of a code ("corrupt data"), for messages and tests.
@@ -85,14 +85,14 @@ class [[nodiscard]] Status {
 template <class T>
 class [[nodiscard]] Result {
  public:
-  Result(T value) : v_(std::in_place_index<1>, std::move(value)) {}  // NOLINT: implicit by design
+  Result(T value) : v_(std::in_place_index<1>, std::move(value)) {}        // NOLINT: implicit by design
   Result(Status status) : v_(std::in_place_index<0>, std::move(status)) {  // NOLINT
     if (std::get<0>(v_).ok()) v_.template emplace<0>(Code::kInternal, "Result built from an OK status");
   }
   template <class U>
-    requires(std::is_convertible_v<U, T> && !std::is_same_v<std::decay_t<U>, T> &&
-             !std::is_same_v<std::decay_t<U>, Status>)
-  Result(U&& value) : v_(std::in_place_index<1>, T(std::forward<U>(value))) {}  // NOLINT
+  requires(std::is_convertible_v<U, T> && !std::is_same_v<std::decay_t<U>, T> &&
+           !std::is_same_v<std::decay_t<U>, Status>) Result(U&& value)
+      : v_(std::in_place_index<1>, T(std::forward<U>(value))) {}  // NOLINT
 
   bool ok() const { return v_.index() == 1; }
   const Status& status() const& {
@@ -134,15 +134,15 @@ inline Status with_context(Status s, const ErrorContext& c) {
 // WL_RETURN_IF_ERROR(expr) returns expr's error from the caller;
 // WL_RETURN_IF_ERROR(expr, .tensor = name, .file = path) names what it was
 // about first (either field may be left out; ErrorContext above).
-#define WL_RETURN_IF_ERROR(expr, ...)                                                                    \
-  do {                                                                                                   \
-    ::wl::Status wl_status_ = (expr);                                                                    \
-    if (!wl_status_.ok())                                                                                \
-      return ::wl::with_context(std::move(wl_status_) __VA_OPT__(, ::wl::ErrorContext{__VA_ARGS__}));    \
+#define WL_RETURN_IF_ERROR(expr, ...)                                                                 \
+  do {                                                                                                \
+    ::wl::Status wl_status_ = (expr);                                                                 \
+    if (!wl_status_.ok())                                                                             \
+      return ::wl::with_context(std::move(wl_status_) __VA_OPT__(, ::wl::ErrorContext{__VA_ARGS__})); \
   } while (0)
 
-#define WL_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr, ...)                                                      \
-  auto tmp = (expr);                                                                                      \
+#define WL_ASSIGN_OR_RETURN_IMPL_(tmp, lhs, expr, ...)                                                             \
+  auto tmp = (expr);                                                                                               \
   if (!tmp.ok()) return ::wl::with_context(std::move(tmp).status() __VA_OPT__(, ::wl::ErrorContext{__VA_ARGS__})); \
   lhs = std::move(tmp).value()
 

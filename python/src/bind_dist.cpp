@@ -111,14 +111,16 @@ class PyCollective final : public wl::Collective {
  private:
   template <class F>
   wl::Status call(const char* what, F&& f) {
-    if (broken_) return wl::Status::Aborted(fmt::format("rank {} of {}: the process group failed earlier", rank_, world_));
+    if (broken_)
+      return wl::Status::Aborted(fmt::format("rank {} of {}: the process group failed earlier", rank_, world_));
     nb::gil_scoped_acquire gil;
     try {
       f();
       return wl::Status();
     } catch (nb::python_error& e) {
       broken_ = true;
-      return wl::Status::Aborted(fmt::format("rank {} of {}: torch.distributed {} failed: {}", rank_, world_, what, e.what()));
+      return wl::Status::Aborted(
+          fmt::format("rank {} of {}: torch.distributed {} failed: {}", rank_, world_, what, e.what()));
     } catch (const nb::cast_error&) {
       broken_ = true;
       return wl::Status::Aborted(fmt::format("rank {} of {}: {} returned the wrong type", rank_, world_, what));
@@ -145,7 +147,9 @@ void bind_dist(nb::module_& m) {
 
   m.def(
       "python_collective",
-      [](nb::object impl) -> std::unique_ptr<wl::Collective> { return std::make_unique<PyCollective>(std::move(impl)); },
+      [](nb::object impl) -> std::unique_ptr<wl::Collective> {
+        return std::make_unique<PyCollective>(std::move(impl));
+      },
       "impl"_a, "A Collective calling back into `impl` (weightlift._distributed.TorchCollective).");
 
   m.def(

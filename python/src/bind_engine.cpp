@@ -97,10 +97,14 @@ struct PyLoadOptions {
     return "offset";
   }
   void set_order(const std::string& s) {
-    if (s == "offset") o.order = wl::LoadOptions::Order::kOffset;
-    else if (s == "name") o.order = wl::LoadOptions::Order::kName;
-    else if (s == "listed") o.order = wl::LoadOptions::Order::kListed;
-    else raise(wl::Status::InvalidArgument("order must be offset, name or listed, not '" + s + "'"));
+    if (s == "offset")
+      o.order = wl::LoadOptions::Order::kOffset;
+    else if (s == "name")
+      o.order = wl::LoadOptions::Order::kName;
+    else if (s == "listed")
+      o.order = wl::LoadOptions::Order::kListed;
+    else
+      raise(wl::Status::InvalidArgument("order must be offset, name or listed, not '" + s + "'"));
   }
   void set_rules(const std::vector<std::string>& r) {
     std::vector<wl::ShardRule> parsed;
@@ -164,8 +168,10 @@ class Stream {
     worker_ = std::thread([this, files = std::move(files)] {
       auto r = wl::load_files(files, opts_, [this](wl::LoadedTensor&& t) { return push(std::move(t)); });
       std::lock_guard lk(mu_);
-      if (!r.ok()) status_ = std::move(r).status();
-      else stats_ = *r;
+      if (!r.ok())
+        status_ = std::move(r).status();
+      else
+        stats_ = *r;
       done_ = true;
       can_pop_.notify_all();
     });
@@ -332,8 +338,8 @@ nb::bytes env_read_file(const std::string& path, uint64_t max_bytes) {
     nb::gil_scoped_release nogil;
     auto f = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kPread}));
     if (f->size() > max_bytes)
-      raise(wl::Status::InvalidArgument(fmt::format("{} bytes, above the {}-byte limit of a read into memory", f->size(),
-                                               max_bytes))
+      raise(wl::Status::InvalidArgument(
+                fmt::format("{} bytes, above the {}-byte limit of a read into memory", f->size(), max_bytes))
                 .with_file(path));
     data.resize(f->size());
     check(f->read_at(0, std::as_writable_bytes(std::span<char>(data.data(), data.size()))));
@@ -378,7 +384,9 @@ class PyPrefetcher {
 
 // A Python object's `in` and iteration as the remapping's name lookup (GIL held).
 wl::ParamLookup lookup_of(nb::handle params) {
-  return {[params](const std::string& n) { return PySequence_Contains(params.ptr(), nb::str(n.c_str(), n.size()).ptr()) == 1; },
+  return {[params](const std::string& n) {
+            return PySequence_Contains(params.ptr(), nb::str(n.c_str(), n.size()).ptr()) == 1;
+          },
           [params](std::string_view text) {
             std::string t(text);
             for (nb::handle k : params)
@@ -412,13 +420,14 @@ nb::dict choose_read_path(const std::vector<std::string>& files, const std::stri
   if (!d) raise(wl::Status::InvalidArgument("direct must be auto, on or off, not '" + direct + "'"));
   if (!g) raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + gds + "'"));
   r.device = unwrap(wl::parse_device(device));
-  r.dest = !r.device.host_accessible()                      ? wl::DestKind::kDevice
-           : caller_memory                                  ? wl::DestKind::kCaller
+  r.dest = !r.device.host_accessible()                  ? wl::DestKind::kDevice
+           : caller_memory                              ? wl::DestKind::kCaller
            : r.device.kind == wl::DeviceKind::kCudaHost ? wl::DestKind::kPinned
-                                                            : wl::DestKind::kHost;
+                                                        : wl::DestKind::kHost;
   if (!files.empty()) r.first_file = files[0];
-  r.source = arriving ? wl::SourceKind::kArriving : wl::is_url(r.first_file) ? wl::SourceKind::kRemote
-                                                                              : wl::SourceKind::kLocal;
+  r.source = arriving                   ? wl::SourceKind::kArriving
+             : wl::is_url(r.first_file) ? wl::SourceKind::kRemote
+                                        : wl::SourceKind::kLocal;
   r.distributed = distributed;
   r.strategy = *s;
   r.direct = *d;
@@ -454,39 +463,56 @@ void bind_engine(nb::module_& m) {
   nb::class_<PyLoadOptions>(m, "LoadOptions")
       .def(nb::init<>())
       .def_prop_rw("strategy", &PyLoadOptions::strategy, &PyLoadOptions::set_strategy)
-      .def_prop_rw("threads", [](const PyLoadOptions& p) { return p.o.threads; }, [](PyLoadOptions& p, int v) { p.o.threads = v; })
-      .def_prop_rw("block_size", [](const PyLoadOptions& p) { return p.o.block_size; },
-                   [](PyLoadOptions& p, uint64_t v) { p.o.block_size = v; })
-      .def_prop_rw("rank", [](const PyLoadOptions& p) { return p.o.rank; }, [](PyLoadOptions& p, int v) { p.o.rank = v; })
-      .def_prop_rw("world_size", [](const PyLoadOptions& p) { return p.o.world_size; },
-                   [](PyLoadOptions& p, int v) { p.o.world_size = v; })
-      .def_prop_rw("tp_rank", [](const PyLoadOptions& p) { return p.o.tp_rank; }, [](PyLoadOptions& p, int64_t v) { p.o.tp_rank = v; })
-      .def_prop_rw("tp_size", [](const PyLoadOptions& p) { return p.o.tp_size; }, [](PyLoadOptions& p, int64_t v) { p.o.tp_size = v; })
-      .def_prop_rw("shard_rules", [](const PyLoadOptions& p) { return p.rules; }, &PyLoadOptions::set_rules)
-      .def_prop_rw("local_expert_ids", [](const PyLoadOptions& p) { return p.experts; }, &PyLoadOptions::set_experts,
-                   nb::for_setter(nb::arg("value").none()))
-      .def_prop_rw("max_memory", [](const PyLoadOptions& p) { return p.o.max_memory; },
-                   [](PyLoadOptions& p, uint64_t v) { p.o.max_memory = v; })
+      .def_prop_rw(
+          "threads", [](const PyLoadOptions& p) { return p.o.threads; },
+          [](PyLoadOptions& p, int v) { p.o.threads = v; })
+      .def_prop_rw(
+          "block_size", [](const PyLoadOptions& p) { return p.o.block_size; },
+          [](PyLoadOptions& p, uint64_t v) { p.o.block_size = v; })
+      .def_prop_rw(
+          "rank", [](const PyLoadOptions& p) { return p.o.rank; }, [](PyLoadOptions& p, int v) { p.o.rank = v; })
+      .def_prop_rw(
+          "world_size", [](const PyLoadOptions& p) { return p.o.world_size; },
+          [](PyLoadOptions& p, int v) { p.o.world_size = v; })
+      .def_prop_rw(
+          "tp_rank", [](const PyLoadOptions& p) { return p.o.tp_rank; },
+          [](PyLoadOptions& p, int64_t v) { p.o.tp_rank = v; })
+      .def_prop_rw(
+          "tp_size", [](const PyLoadOptions& p) { return p.o.tp_size; },
+          [](PyLoadOptions& p, int64_t v) { p.o.tp_size = v; })
+      .def_prop_rw(
+          "shard_rules", [](const PyLoadOptions& p) { return p.rules; }, &PyLoadOptions::set_rules)
+      .def_prop_rw(
+          "local_expert_ids", [](const PyLoadOptions& p) { return p.experts; }, &PyLoadOptions::set_experts,
+          nb::for_setter(nb::arg("value").none()))
+      .def_prop_rw(
+          "max_memory", [](const PyLoadOptions& p) { return p.o.max_memory; },
+          [](PyLoadOptions& p, uint64_t v) { p.o.max_memory = v; })
       .def_prop_rw("direct", &PyLoadOptions::direct, &PyLoadOptions::set_direct)
-      .def_prop_rw("file_views", [](const PyLoadOptions& p) { return p.o.file_views; },
-                   [](PyLoadOptions& p, bool v) { p.o.file_views = v; })
+      .def_prop_rw(
+          "file_views", [](const PyLoadOptions& p) { return p.o.file_views; },
+          [](PyLoadOptions& p, bool v) { p.o.file_views = v; })
       .def_prop_rw("order", &PyLoadOptions::order, &PyLoadOptions::set_order)
-      .def_prop_rw("device", [](const PyLoadOptions& p) { return p.device; },
-                   [](PyLoadOptions& p, const std::string& v) {
-                     (void)unwrap(wl::parse_device(v));
-                     p.device = v;
-                   })
-      .def_prop_rw("gds", [](const PyLoadOptions& p) { return p.gds; },
-                   [](PyLoadOptions& p, const std::string& v) {
-                     if (!wl::toggle_from_name(v))
-                       raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + v + "'"));
-                     p.gds = v;
-                   })
-      .def_prop_rw("collective", [](const PyLoadOptions& p) { return p.collective; },
-                   [](PyLoadOptions& p, nb::object v) {
-                     if (!v.is_none()) (void)collective_from(v);  // a TypeError now, not at load time
-                     p.collective = std::move(v);
-                   }, nb::arg("value").none());
+      .def_prop_rw(
+          "device", [](const PyLoadOptions& p) { return p.device; },
+          [](PyLoadOptions& p, const std::string& v) {
+            (void)unwrap(wl::parse_device(v));
+            p.device = v;
+          })
+      .def_prop_rw(
+          "gds", [](const PyLoadOptions& p) { return p.gds; },
+          [](PyLoadOptions& p, const std::string& v) {
+            if (!wl::toggle_from_name(v))
+              raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + v + "'"));
+            p.gds = v;
+          })
+      .def_prop_rw(
+          "collective", [](const PyLoadOptions& p) { return p.collective; },
+          [](PyLoadOptions& p, nb::object v) {
+            if (!v.is_none()) (void)collective_from(v);  // a TypeError now, not at load time
+            p.collective = std::move(v);
+          },
+          nb::arg("value").none());
 
   nb::class_<Stream>(m, "Stream")
       .def(nb::init<std::vector<std::string>, const PyLoadOptions&, uint64_t, std::optional<std::vector<std::string>>,
@@ -505,8 +531,8 @@ void bind_engine(nb::module_& m) {
 
   // ---- the read path (read_path.h): one engine call, the same rules as a load ----
   m.def("choose_read_path", &choose_read_path, "files"_a, "strategy"_a = "auto", "file_views"_a = false,
-        "direct"_a = "auto", "device"_a = "cpu", "caller_memory"_a = false, "gds"_a = "auto",
-        "distributed"_a = false, "arriving"_a = false, "max_memory"_a = 0, "fs_type"_a.none() = nb::none(),
+        "direct"_a = "auto", "device"_a = "cpu", "caller_memory"_a = false, "gds"_a = "auto", "distributed"_a = false,
+        "arriving"_a = false, "max_memory"_a = 0, "fs_type"_a.none() = nb::none(),
         "checkpoint_bytes"_a.none() = nb::none(), "available_bytes"_a.none() = nb::none(),
         "cached_fraction"_a.none() = nb::none());
 
@@ -574,7 +600,8 @@ void bind_engine(nb::module_& m) {
         check(wl::prefetch_files(files, po));
       },
       "files"_a, "threads"_a, "block_size"_a);
-  m.def("filesystem_type", [](const std::string& path) { return wl::filesystem_type(path); }, "path"_a);
+  m.def(
+      "filesystem_type", [](const std::string& path) { return wl::filesystem_type(path); }, "path"_a);
   m.def("available_ram_bytes", [] { return unwrap(wl::available_ram_bytes()); });
   m.def(
       "checkpoint_size_bytes",
@@ -583,10 +610,12 @@ void bind_engine(nb::module_& m) {
         return unwrap(wl::checkpoint_size_bytes(files));
       },
       "files"_a);
-  m.def("natural_key", [](const std::string& name) { return wl::natural_key(name); }, "name"_a);
+  m.def(
+      "natural_key", [](const std::string& name) { return wl::natural_key(name); }, "name"_a);
 
   // ---- expert parallelism ----
-  m.def("parse_expert_id", [](const std::string& name) { return wl::parse_expert_id(name); }, "name"_a);
+  m.def(
+      "parse_expert_id", [](const std::string& name) { return wl::parse_expert_id(name); }, "name"_a);
   m.def(
       "should_skip_weight",
       [](const std::string& name, std::optional<std::set<int64_t>> ids) { return wl::should_skip_weight(name, ids); },
@@ -594,8 +623,8 @@ void bind_engine(nb::module_& m) {
   m.def(
       "compute_local_expert_ids",
       [](int64_t num_experts, int64_t ep_size, int64_t ep_rank, const std::string& placement) {
-        return unwrap(wl::compute_local_expert_ids(num_experts, ep_size, ep_rank,
-                                                   unwrap(wl::parse_expert_placement(placement))));
+        return unwrap(
+            wl::compute_local_expert_ids(num_experts, ep_size, ep_rank, unwrap(wl::parse_expert_placement(placement))));
       },
       "num_experts"_a, "ep_size"_a, "ep_rank"_a, "placement"_a);
 
@@ -628,7 +657,9 @@ void bind_engine(nb::module_& m) {
       "name"_a, "params"_a);
   m.def(
       "maybe_remap_moe_expert_param_name",
-      [](const std::string& name, nb::handle params) { return wl::maybe_remap_moe_expert_param_name(name, lookup_of(params)); },
+      [](const std::string& name, nb::handle params) {
+        return wl::maybe_remap_moe_expert_param_name(name, lookup_of(params));
+      },
       "name"_a, "params"_a);
 
   // ---- quantization and sparse-attention configs (JSON as text both ways) ----

@@ -26,9 +26,9 @@ std::shared_ptr<void> gpu_destination_option(const nb::dict& engine, wl::LoadOpt
   if (!g) raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + gds + "'"));
   if (d.kind == wl::DeviceKind::kCpu) return nullptr;
   check(wl::gpu::check_device(d));
-  std::unique_ptr<wl::gpu::DeviceDestination> dest =
-      d.kind == wl::DeviceKind::kCuda ? unwrap(wl::gpu::cuda_destination(d, {.gds = *g}))
-                                      : unwrap(wl::gpu::pinned_destination());
+  std::unique_ptr<wl::gpu::DeviceDestination> dest = d.kind == wl::DeviceKind::kCuda
+                                                         ? unwrap(wl::gpu::cuda_destination(d, {.gds = *g}))
+                                                         : unwrap(wl::gpu::pinned_destination());
   o.destination = dest.get();
   return std::shared_ptr<wl::gpu::DeviceDestination>(std::move(dest));
 }
@@ -76,8 +76,8 @@ void bind_gpu(nb::module_& m) {
         auto dt = wl::dtype_from_name(dtype);
         if (!dt) raise(wl::Status::InvalidArgument("unknown dtype '" + dtype + "'"));
         nb::gil_scoped_release nogil;
-        check(wl::gpu::fill_dummy_device(*dt, reinterpret_cast<void*>(ptr), numel,
-                                         wl::DummyOptions{low, high, seed, 0}, device));
+        check(wl::gpu::fill_dummy_device(*dt, reinterpret_cast<void*>(ptr), numel, wl::DummyOptions{low, high, seed, 0},
+                                         device));
       },
       "dtype"_a, "ptr"_a, "numel"_a, "low"_a, "high"_a, "seed"_a, "device"_a);
   // (address, kDLCUDA array owning it) of n bytes of device memory (tests: a stand-in for a parameter).

@@ -34,7 +34,8 @@ struct LogSink {
   }
 };
 
-wl::HubOptions hub_options(const std::string& cache_dir, std::optional<bool> offline, const std::shared_ptr<LogSink>& sink) {
+wl::HubOptions hub_options(const std::string& cache_dir, std::optional<bool> offline,
+                           const std::shared_ptr<LogSink>& sink) {
   wl::HubOptions o;
   o.cache_dir = cache_dir;
   o.offline = offline;
@@ -85,7 +86,8 @@ void bind_hub(nb::module_& m) {
         wl::Result<std::string> r = wl::Status::Internal("not run");
         {
           nb::gil_scoped_release nogil;
-          r = wl::download_weights_from_hf(model, allow, revision, ignore, hub_options(cache_dir, offline, sink), subfolder);
+          r = wl::download_weights_from_hf(model, allow, revision, ignore, hub_options(cache_dir, offline, sink),
+                                           subfolder);
         }
         if (!r.ok()) raise(std::move(r).status());
         return std::make_pair(*r, sink->take());

@@ -77,7 +77,8 @@ inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const
   auto* keep = new std::shared_ptr<const void>(std::move(owner));
   nb::capsule cap(keep, [](void* p) noexcept { delete static_cast<std::shared_ptr<const void>*>(p); });
   const bool cuda = device.kind == wl::DeviceKind::kCuda;
-  uint8_t* data = bytes.empty() && !cuda ? &empty_byte : reinterpret_cast<uint8_t*>(const_cast<std::byte*>(bytes.data()));
+  uint8_t* data =
+      bytes.empty() && !cuda ? &empty_byte : reinterpret_cast<uint8_t*>(const_cast<std::byte*>(bytes.data()));
   size_t shape[1] = {bytes.size()};
   return Bytes(data, 1, shape, cap, nullptr, nb::dtype<uint8_t>(),
                cuda ? nb::device::cuda::value : nb::device::cpu::value, cuda ? device.index : 0);
@@ -85,8 +86,8 @@ inline Bytes bytes_array(std::span<const std::byte> bytes, std::shared_ptr<const
 
 // ---- each component's bindings ----------------------------------------------
 void bind_safetensors(nb::module_& m);  // bind_safetensors.cpp: the reader, writer and SafetensorError
-void bind_hub(nb::module_& m);  // bind_hub.cpp: the Hugging Face Hub, ModelScope, load while downloading
-void bind_dist(nb::module_& m);  // bind_dist.cpp: Collectives for distributed loading (torch.distributed, NCCL)
+void bind_hub(nb::module_& m);          // bind_hub.cpp: the Hugging Face Hub, ModelScope, load while downloading
+void bind_dist(nb::module_& m);         // bind_dist.cpp: Collectives for distributed loading (torch.distributed, NCCL)
 // The wl::Collective behind a weightlift._core.Collective object (engine option "collective").
 wl::Collective* collective_from(nb::handle h);
 
@@ -98,7 +99,6 @@ wl::Collective* collective_from(nb::handle h);
 // host memory). A device that cannot be used raises.
 std::shared_ptr<void> gpu_destination_option(const nb::dict& engine, wl::LoadOptions& o);
 inline bool is_gpu_option(const std::string& key) { return key == "device" || key == "gds"; }
-
 
 void bind_gpu(nb::module_& m);
 

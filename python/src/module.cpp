@@ -27,17 +27,17 @@
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
+#include "bindings.h"
 #include "weightlift/checkpoint.h"
 #include "weightlift/convert.h"
-#include "weightlift/npy.h"
 #include "weightlift/dtype.h"
 #include "weightlift/io.h"
 #include "weightlift/loader.h"
+#include "weightlift/npy.h"
 #include "weightlift/safetensors.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
-#include "bindings.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -45,8 +45,7 @@ using namespace nb::literals;
 namespace wlpy {
 
 nb::tuple tensor_tuple(const wl::TensorView& v) {
-  return nb::make_tuple(std::string(wl::dtype_name(v.dtype())), nb::cast(v.shape()),
-                        bytes_array(v.bytes(), v.owner()));
+  return nb::make_tuple(std::string(wl::dtype_name(v.dtype())), nb::cast(v.shape()), bytes_array(v.bytes(), v.owner()));
 }
 
 // ---- any checkpoint (CheckpointReader) ------------------------------------------
@@ -66,13 +65,15 @@ class PyCheckpoint {
   std::string format() const { return std::string(reader_->format_name()); }
   std::vector<std::tuple<std::string, std::string, wl::Shape, uint64_t>> tensors() const {
     std::vector<std::tuple<std::string, std::string, wl::Shape, uint64_t>> out;
-    for (auto& t : reader_->tensors()) out.emplace_back(t.name, std::string(wl::dtype_name(t.dtype)), t.shape, t.nbytes);
+    for (auto& t : reader_->tensors())
+      out.emplace_back(t.name, std::string(wl::dtype_name(t.dtype)), t.shape, t.nbytes);
     return out;
   }
   // (dtype, shape, bytes): zero-copy where the bytes lie contiguously in the
   // file, else an owned copy (never the reader's read-only mapping).
   nb::tuple get(size_t index) const {
-    if (index >= reader_->tensors().size()) raise(wl::Status::OutOfRange("tensor index out of range").with_file(path()));
+    if (index >= reader_->tensors().size())
+      raise(wl::Status::OutOfRange("tensor index out of range").with_file(path()));
     const wl::CheckpointTensor& t = reader_->tensors()[index];
     if (cow_ && t.file_offset) {
       auto span = cow_->view(*t.file_offset, t.nbytes);
@@ -99,10 +100,10 @@ using namespace wlpy;
 NB_MODULE(_core, m) {
   m.doc() = "weightlift's C++ engine (use the weightlift package, not this module)";
 
-  g_corrupt_error = PyErr_NewExceptionWithDoc("weightlift.CorruptDataError",
-                                              "A file's bytes violate its format.", PyExc_ValueError, nullptr);
-  g_cancelled_error = PyErr_NewExceptionWithDoc("weightlift.CancelledError", "A load was cancelled.",
-                                                PyExc_RuntimeError, nullptr);
+  g_corrupt_error = PyErr_NewExceptionWithDoc("weightlift.CorruptDataError", "A file's bytes violate its format.",
+                                              PyExc_ValueError, nullptr);
+  g_cancelled_error =
+      PyErr_NewExceptionWithDoc("weightlift.CancelledError", "A load was cancelled.", PyExc_RuntimeError, nullptr);
   m.attr("CorruptDataError") = nb::handle(g_corrupt_error);
   m.attr("CancelledError") = nb::handle(g_cancelled_error);
   nb::register_exception_translator([](const std::exception_ptr& p, void*) {
@@ -176,18 +177,19 @@ NB_MODULE(_core, m) {
       },
       "files"_a, "hf_folder"_a, "lock_path"_a);
 
-
   // write_safetensors(path, [(name, dtype, shape, bytes)], metadata): atomic.
   m.def(
       "write_safetensors",
       [](const std::string& path,
-         const std::vector<std::tuple<std::string, std::string, wl::Shape, nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>>& items,
+         const std::vector<std::tuple<std::string, std::string, wl::Shape,
+                                      nb::ndarray<const uint8_t, nb::ndim<1>, nb::c_contig, nb::device::cpu>>>& items,
          const std::map<std::string, std::string>& metadata) {
         std::vector<wl::NamedTensor> tensors;
         tensors.reserve(items.size());
         for (auto& [name, dtype, shape, arr] : items) {
           auto dt = wl::dtype_from_name(dtype);
-          if (!dt) raise(wl::Status::InvalidArgument("unknown dtype '" + dtype + "'").with_tensor(name).with_file(path));
+          if (!dt)
+            raise(wl::Status::InvalidArgument("unknown dtype '" + dtype + "'").with_tensor(name).with_file(path));
           auto span = std::span<const std::byte>(reinterpret_cast<const std::byte*>(arr.data()), arr.size());
           tensors.push_back({name, wl::TensorView(*dt, shape, span, nullptr)});
         }
@@ -202,5 +204,4 @@ NB_MODULE(_core, m) {
   bind_gpu(m);
   bind_dist(m);
   bind_engine(m);
-
 }

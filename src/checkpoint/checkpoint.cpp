@@ -40,15 +40,18 @@ Result<std::unique_ptr<CheckpointReader>> open_safetensors_checkpoint(const std:
 
 Result<std::unique_ptr<CheckpointReader>> open_checkpoint(const std::string& path, Env* env) {
   if (std::string_view(path).ends_with(".safetensors")) return open_safetensors_checkpoint(path, env);
-  if (std::string_view(path).ends_with(".bin") || std::string_view(path).ends_with(".pt") || std::string_view(path).ends_with(".pth"))
+  if (std::string_view(path).ends_with(".bin") || std::string_view(path).ends_with(".pt") ||
+      std::string_view(path).ends_with(".pth"))
     return open_pytorch_checkpoint(path, env);
   if (std::string_view(path).ends_with(".npy")) return open_numpy_checkpoint(path, env);
   // Unknown extension: sniff the first bytes.
   WL_ASSIGN_OR_RETURN(auto f, env->open(path, {.mode = FileMode::kPread}));
   std::byte head[8] = {};
   if (f->size() >= 8) WL_RETURN_IF_ERROR(f->read_at(0, head));
-  if (f->size() >= 4 && head[0] == std::byte{'P'} && head[1] == std::byte{'K'}) return open_pytorch_checkpoint(path, env);
-  if (f->size() >= 6 && head[0] == std::byte{0x93} && head[1] == std::byte{'N'}) return open_numpy_checkpoint(path, env);
+  if (f->size() >= 4 && head[0] == std::byte{'P'} && head[1] == std::byte{'K'})
+    return open_pytorch_checkpoint(path, env);
+  if (f->size() >= 6 && head[0] == std::byte{0x93} && head[1] == std::byte{'N'})
+    return open_numpy_checkpoint(path, env);
   if (f->size() >= 2 && head[0] == std::byte{0x80}) return open_pytorch_checkpoint(path, env);  // legacy pickle
   return open_safetensors_checkpoint(path, env);
 }

@@ -18,7 +18,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-
 struct Converted {
   std::vector<std::pair<std::string, uint64_t>> names;  // written names and their byte sizes
 };
@@ -80,7 +79,9 @@ Result<Converted> convert_one(const std::string& input, const std::string& outpu
       if (it == by_name.end()) return fail(fmt::format("unexpected tensor '{}'", ti.name));
       const TensorView& want = it->second->view;
       if (ti.dtype != want.dtype() || ti.shape != want.shape() || ti.nbytes != want.nbytes())
-        return Status::Internal("read-back verification: dtype, shape or size differs").with_file(output).with_tensor(ti.name);
+        return Status::Internal("read-back verification: dtype, shape or size differs")
+            .with_file(output)
+            .with_tensor(ti.name);
       for (uint64_t done = 0; done < ti.nbytes;) {
         size_t n = static_cast<size_t>(std::min<uint64_t>(kChunk, ti.nbytes - done));
         WL_RETURN_IF_ERROR((*back)->read_at(ti.offset + done, std::span(buf.data(), n)));

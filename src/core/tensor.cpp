@@ -20,9 +20,7 @@ constexpr size_t kHugePage = size_t{2} << 20;
 constexpr size_t kAdmitThreshold = size_t{64} << 20;
 }  // namespace
 
-std::string shape_to_string(std::span<const int64_t> shape) {
-  return fmt::format("[{}]", fmt::join(shape, ", "));
-}
+std::string shape_to_string(std::span<const int64_t> shape) { return fmt::format("[{}]", fmt::join(shape, ", ")); }
 
 uint64_t shape_numel(std::span<const int64_t> shape) {
   uint64_t n = 1;
@@ -88,7 +86,8 @@ Result<Buffer> Buffer::allocate(size_t size, size_t alignment) {
       return Status::OutOfRange(fmt::format("cannot allocate {} bytes", size));
     body &= ~(kHugePage - 1);
     void* p = ::mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (p == MAP_FAILED) return Status::OutOfRange(fmt::format("cannot allocate {} bytes: {}", size, std::strerror(errno)));
+    if (p == MAP_FAILED)
+      return Status::OutOfRange(fmt::format("cannot allocate {} bytes: {}", size, std::strerror(errno)));
     // Trim to a 2 MiB-aligned start so huge pages can back it.
     auto addr = reinterpret_cast<uintptr_t>(p);
     uintptr_t aligned = (addr + kHugePage - 1) & ~(kHugePage - 1);

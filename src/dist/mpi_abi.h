@@ -27,8 +27,7 @@ struct WlMpiApi {
   // lens[k] = rank k's `mine`.
   int (*all_gather_u64)(uint64_t mine, uint64_t* lens, int64_t timeout_ms, char* err, size_t errlen);
   // Rank k's lens[k] bytes land at out + sum(lens[0..k)).
-  int (*all_gather_v)(const void* mine, const uint64_t* lens, void* out, int64_t timeout_ms, char* err,
-                      size_t errlen);
+  int (*all_gather_v)(const void* mine, const uint64_t* lens, void* out, int64_t timeout_ms, char* err, size_t errlen);
   // MPI_Abort(MPI_COMM_WORLD, code): ends every rank of the job.
   void (*abort)(int code);
   void (*finalize)(void);

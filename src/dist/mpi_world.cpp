@@ -27,24 +27,29 @@ const Loaded& plugin() {
   static Loaded loaded;
   static std::once_flag once;
   std::call_once(once, [] {
-    // The MPI library first, by the soname the plugin was compiled against: the
-    // plugin does not name it as a dependency (src/dist/mpi/CMakeLists.txt).
-    // RTLD_GLOBAL: the plugin's MPI symbols resolve against it, and Open MPI
-    // loads its own components with dlopen and needs libmpi's symbols.
+  // The MPI library first, by the soname the plugin was compiled against: the
+  // plugin does not name it as a dependency (src/dist/mpi/CMakeLists.txt).
+  // RTLD_GLOBAL: the plugin's MPI symbols resolve against it, and Open MPI
+  // loads its own components with dlopen and needs libmpi's symbols.
 #ifdef WEIGHTLIFT_MPI_SONAME
     if (!::dlopen(WEIGHTLIFT_MPI_SONAME, RTLD_NOW | RTLD_GLOBAL)) {
       const char* e = ::dlerror();
-      loaded.reason = fmt::format("MPI is not available: {} cannot be loaded ({}); install the MPI library "
-                                  "this weightlift was built against (Open MPI: Debian's libopenmpi3)", WEIGHTLIFT_MPI_SONAME, e ? e : "");
+      loaded.reason = fmt::format(
+          "MPI is not available: {} cannot be loaded ({}); install the MPI library "
+          "this weightlift was built against (Open MPI: Debian's libopenmpi3)",
+          WEIGHTLIFT_MPI_SONAME, e ? e : "");
       return;
     }
 #endif
     std::string errors;
-    void* handle = open_plugin(plugin_candidates(kLibName, "WEIGHTLIFT_MPI_LIBRARY", reinterpret_cast<void*>(&mpi_world)),
-                               RTLD_NOW | RTLD_GLOBAL, &errors);
+    void* handle =
+        open_plugin(plugin_candidates(kLibName, "WEIGHTLIFT_MPI_LIBRARY", reinterpret_cast<void*>(&mpi_world)),
+                    RTLD_NOW | RTLD_GLOBAL, &errors);
     if (!handle) {
-      loaded.reason = fmt::format("MPI is not available: {} (built when MPI is found, e.g. Debian's libopenmpi-dev) "
-                                  "cannot be loaded{}", kLibName, errors);
+      loaded.reason = fmt::format(
+          "MPI is not available: {} (built when MPI is found, e.g. Debian's libopenmpi-dev) "
+          "cannot be loaded{}",
+          kLibName, errors);
       return;
     }
     auto get = reinterpret_cast<const WlMpiApi* (*)()>(::dlsym(handle, "wl_mpi_api"));
@@ -72,7 +77,8 @@ class MpiCollective final : public Collective {
     return check(api_->all_gather(buf, block, timeout_, err_, sizeof err_));
   }
   Status broadcast(std::byte* buf, uint64_t n, int root) override {
-    if (root < 0 || root >= size_) return Status::InvalidArgument(fmt::format("broadcast root {} is outside [0, {})", root, size_));
+    if (root < 0 || root >= size_)
+      return Status::InvalidArgument(fmt::format("broadcast root {} is outside [0, {})", root, size_));
     return check(api_->broadcast(buf, n, root, timeout_, err_, sizeof err_));
   }
   Result<std::vector<std::string>> all_gather_strings(const std::string& mine) override {

@@ -42,7 +42,8 @@ class NcclCollective final : public Collective {
   }
   Status broadcast(std::byte* buf, uint64_t n, int root) override {
     WL_RETURN_IF_ERROR(usable());
-    if (root < 0 || root >= size_) return Status::InvalidArgument(fmt::format("broadcast root {} is outside [0, {})", root, size_));
+    if (root < 0 || root >= size_)
+      return Status::InvalidArgument(fmt::format("broadcast root {} is outside [0, {})", root, size_));
     WL_RETURN_IF_ERROR(nccl(n_.broadcast(buf, buf, n, kNcclUint8, root, comm_, stream_), "ncclBroadcast"));
     return wait("ncclBroadcast");
   }

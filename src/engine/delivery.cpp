@@ -9,8 +9,10 @@
 namespace wl::engine {
 
 Delivery::Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan)
-    : Delivery(o, sink, LoadProgress{.bytes_total = plan.bytes_total, .tensors_total = plan.tensors.size(),
-                                     .files_total = plan.files.size()}) {}
+    : Delivery(o, sink,
+               LoadProgress{.bytes_total = plan.bytes_total,
+                            .tensors_total = plan.tensors.size(),
+                            .files_total = plan.files.size()}) {}
 
 Delivery::Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const LoadProgress& totals)
     : o_(o), sink_(sink) {
@@ -122,7 +124,8 @@ Result<Region> place(const PlannedTensor& t, Destination& dest) {
   if (r.size != t.nbytes)
     return Status::InvalidArgument(fmt::format("destination holds {} bytes, the tensor needs {}", r.size, t.nbytes))
         .with_tensor(t.name);
-  if (r.data == nullptr && t.nbytes > 0) return Status::InvalidArgument("destination returned no memory").with_tensor(t.name);
+  if (r.data == nullptr && t.nbytes > 0)
+    return Status::InvalidArgument("destination returned no memory").with_tensor(t.name);
   if (!r.device.host_accessible() && dest.uploader() == nullptr)
     return Status::InvalidArgument(fmt::format("destination memory on {} needs an uploader", r.device.to_string()))
         .with_tensor(t.name);
@@ -175,8 +178,10 @@ Status upload_pieces(Uploader& up, const Region& r, std::span<const HostPiece> p
     }
     if (!st.ok()) break;
   }
-  if (st.ok()) st = flush_slot();
-  else if (slot) up.release(*slot);
+  if (st.ok())
+    st = flush_slot();
+  else if (slot)
+    up.release(*slot);
   Status w = pending.wait();
   return st.ok() ? w : st;
 }
@@ -185,7 +190,8 @@ Status upload_pieces(Uploader& up, const Region& r, std::span<const HostPiece> p
 
 Status write_region(Destination& dest, const Region& r, uint64_t offset, std::span<const std::byte> src) {
   if (offset > r.size || src.size() > r.size - offset)
-    return Status::Internal(fmt::format("write of {} bytes at {} exceeds the {}-byte region", src.size(), offset, r.size));
+    return Status::Internal(
+        fmt::format("write of {} bytes at {} exceeds the {}-byte region", src.size(), offset, r.size));
   if (src.empty()) return Status();
   if (r.device.host_accessible()) {
     std::memcpy(r.data + offset, src.data(), src.size());

@@ -19,8 +19,8 @@
 // A failing collective call (a peer gone, a timeout) ends the load at once and
 // calls Collective::abort().
 #include <algorithm>
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <mutex>
 #include <thread>
@@ -51,7 +51,8 @@ std::string status_text(const Status& s) {
 Status status_from_text(const std::string& text) {
   auto j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object()) return Status::Internal("unreadable status from a peer");
-  return Status(static_cast<Code>(j.value("code", static_cast<int>(Code::kInternal))), j.value("message", std::string()));
+  return Status(static_cast<Code>(j.value("code", static_cast<int>(Code::kInternal))),
+                j.value("message", std::string()));
 }
 
 // One rank's failure as every other rank reports it.
@@ -94,7 +95,9 @@ std::string encode(const Hello& h) {
 
 Result<Hello> decode(const std::string& text, int rank) {
   auto j = nlohmann::json::parse(text, nullptr, false);
-  auto bad = [&] { return Status::Aborted(fmt::format("rank {} sent an unreadable hello (another weightlift version?)", rank)); };
+  auto bad = [&] {
+    return Status::Aborted(fmt::format("rank {} sent an unreadable hello (another weightlift version?)", rank));
+  };
   if (j.is_discarded() || !j.is_object() || j.value("v", 0) != 1) return bad();
   try {
     Hello h;
@@ -170,7 +173,8 @@ class Runner {
     auto r = c_.all_gather_strings(mine);
     if (!r.ok()) return broken(r.status());
     if (r->size() != static_cast<size_t>(world_))
-      return broken(Status::Internal(fmt::format("all_gather_strings returned {} strings for {} ranks", r->size(), world_)));
+      return broken(
+          Status::Internal(fmt::format("all_gather_strings returned {} strings for {} ranks", r->size(), world_)));
     return r;
   }
 
@@ -181,32 +185,32 @@ class Runner {
   const int world_, me_;
   Destination& dest_;
 
-  LoadOptions po_;     // the plan's options: every tensor, this rank's shards
-  LoadOptions ro_;     // the reads' options
-  ReadPath path_;      // the reads' path (the stream strategy; O_DIRECT decided once for both parts)
+  LoadOptions po_;  // the plan's options: every tensor, this rank's shards
+  LoadOptions ro_;  // the reads' options
+  ReadPath path_;   // the reads' path (the stream strategy; O_DIRECT decided once for both parts)
   Plan plan_;
-  std::vector<size_t> order_;               // rank-plan index -> plan tensor index
+  std::vector<size_t> order_;                              // rank-plan index -> plan tensor index
   std::vector<std::optional<std::set<int64_t>>> experts_;  // per rank
   uint64_t block_ = 0;
   RankPlan rp_;
   std::unique_ptr<Delivery> d_;
   bool direct_ = false;
-  bool arena_ = false;                      // every rank receives straight into its arena
-  std::shared_ptr<Buffer> arena_buf_;       // the shared stream, laid out as it is
+  bool arena_ = false;                 // every rank receives straight into its arena
+  std::shared_ptr<Buffer> arena_buf_;  // the shared stream, laid out as it is
   int scatter_threads_ = 1;
   std::atomic<uint64_t> bytes_read_{0};
 
   // The exchange.
   uint64_t slot_ = 0;
-  std::vector<Buffer> host_;                // host collectives: 2 exchange buffers; device: 2 read buffers
-  std::shared_ptr<std::byte> device_x_;     // device collectives: the exchange buffer
-  std::vector<char> want_;                  // by rank-plan index: this rank keeps it
+  std::vector<Buffer> host_;             // host collectives: 2 exchange buffers; device: 2 read buffers
+  std::shared_ptr<std::byte> device_x_;  // device collectives: the exchange buffer
+  std::vector<char> want_;               // by rank-plan index: this rank keeps it
   struct Received {
     Region region;
     uint64_t remaining = 0;
     bool placed = false;
   };
-  std::vector<Received> recv_;              // by rank-plan index
+  std::vector<Received> recv_;  // by rank-plan index
 };
 
 Status Runner::hello() {
@@ -224,8 +228,10 @@ Status Runner::hello() {
   if (!o_.shard_rules.empty()) po_.tp_rank = me_, po_.tp_size = world_;
   if (local.ok()) {
     auto p = make_plan(files_, po_);
-    if (p.ok()) plan_ = std::move(*p);
-    else local = p.status();
+    if (p.ok())
+      plan_ = std::move(*p);
+    else
+      local = p.status();
   }
   if (local.ok()) {
     for (const PlanFile& pf : plan_.files) {
@@ -290,8 +296,10 @@ Status Runner::hello() {
   for (const Hello& h : all) {
     block_ = std::min(block_, h.block);
     arena_ = arena_ && h.arena;
-    if (h.experts) experts_.emplace_back(std::set<int64_t>(h.experts->begin(), h.experts->end()));
-    else experts_.emplace_back(std::nullopt);
+    if (h.experts)
+      experts_.emplace_back(std::set<int64_t>(h.experts->begin(), h.experts->end()));
+    else
+      experts_.emplace_back(std::nullopt);
   }
   return Status();
 }
@@ -352,7 +360,8 @@ Result<LoadStats> Runner::run() {
     local = path.status();
   }
   if (local.ok()) local = setup_exchange();
-  scatter_threads_ = o_.threads > 0 ? o_.threads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
+  scatter_threads_ =
+      o_.threads > 0 ? o_.threads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
   stats.direct_io = direct_;
 
   // 2. This rank's own tensors, in the background.
@@ -498,9 +507,8 @@ Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
   }
   auto run = [&](const Copy& cp) -> Status {
     const Region& reg = recv_[cp.tensor].region;
-    Status st = c_.device().host_accessible()
-                    ? write_region(dest_, reg, cp.dst_off, std::span(cp.src, cp.len))
-                    : c_.copy(reg.data + cp.dst_off, reg.device, cp.src, c_.device(), cp.len);
+    Status st = c_.device().host_accessible() ? write_region(dest_, reg, cp.dst_off, std::span(cp.src, cp.len))
+                                              : c_.copy(reg.data + cp.dst_off, reg.device, cp.src, c_.device(), cp.len);
     if (!st.ok()) {
       const PlannedTensor& pt = plan_.tensors[order_[cp.tensor]];
       return std::move(st).with_tensor(pt.name).with_file(plan_.files[pt.file].path);
@@ -669,8 +677,8 @@ Status Runner::exchange() {
     bool any = false;
     for (uint64_t k = 0; k < w; ++k) {
       if (device) {
-        Status s = c_.copy(reinterpret_cast<std::byte*>(&flags[k]), kCpu, x + k * sl + blk, c_.device(),
-                           sizeof(uint64_t));
+        Status s =
+            c_.copy(reinterpret_cast<std::byte*>(&flags[k]), kCpu, x + k * sl + blk, c_.device(), sizeof(uint64_t));
         if (!s.ok()) return broken(s);
       } else {
         std::memcpy(&flags[k], x + k * sl + blk, sizeof(uint64_t));

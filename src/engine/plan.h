@@ -21,7 +21,7 @@ struct PlannedTensor : TensorMeta {
   size_t file = 0;   // index into Plan::files
   size_t index = 0;  // index in the file's CheckpointReader
   Shape full_shape;
-  uint64_t full_nbytes = 0;  // the whole tensor in the file
+  uint64_t full_nbytes = 0;             // the whole tensor in the file
   std::optional<uint64_t> file_offset;  // contiguous storage in the file
   std::optional<ShardLayout> shard;
   uint64_t ordinal = 0;
@@ -41,7 +41,7 @@ struct PlanFile {
   // offsets): equal on every rank that opened the same checkpoint.
   std::string digest;
   std::unique_ptr<CheckpointReader> reader;  // may be null: see reader_of()
-  std::vector<size_t> tensors;  // indices into Plan::tensors, in file-offset order
+  std::vector<size_t> tensors;               // indices into Plan::tensors, in file-offset order
 };
 
 struct Plan {

@@ -37,9 +37,9 @@ struct RankTensor {
 
 struct RankPlanInput {
   int world = 1, rank = 0;
-  std::vector<RankTensor> tensors;        // checkpoint order (file order, then offset order)
-  std::vector<std::vector<char>> wants;   // [rank][tensor]: that rank delivers the tensor
-  uint64_t block = 0;                     // bytes each rank contributes per exchange round (at most)
+  std::vector<RankTensor> tensors;       // checkpoint order (file order, then offset order)
+  std::vector<std::vector<char>> wants;  // [rank][tensor]: that rank delivers the tensor
+  uint64_t block = 0;                    // bytes each rank contributes per exchange round (at most)
 };
 
 // Bytes [pos, pos+len) of the shared stream: bytes [file_off, +len) of a
@@ -72,7 +72,7 @@ struct RankPlan {
   std::vector<uint64_t> cut;         // world+1 cut points: rank k reads [cut[k], cut[k+1])
   std::vector<uint64_t> own_bytes;   // per rank: bytes it reads for itself
   std::vector<uint64_t> read_bytes;  // per rank: own + its slice (what the balance equalizes)
-  uint64_t block = 0, rounds = 0;  // block: the input's, or the largest slice when smaller
+  uint64_t block = 0, rounds = 0;    // block: the input's, or the largest slice when smaller
 
   // Rank k's bytes of round i, as a range of the shared stream (empty when
   // its slice is used up; the block is then padding).

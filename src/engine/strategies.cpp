@@ -52,7 +52,8 @@ Status copy_from_mapping(const PlannedTensor& t, PlanFile& pf, const std::shared
 struct MappedTensor {
   std::shared_ptr<RandomAccessFile> file;
   uint64_t offset = 0, nbytes = 0;
-  MappedTensor(std::shared_ptr<RandomAccessFile> f, uint64_t off, uint64_t n) : file(std::move(f)), offset(off), nbytes(n) {}
+  MappedTensor(std::shared_ptr<RandomAccessFile> f, uint64_t off, uint64_t n)
+      : file(std::move(f)), offset(off), nbytes(n) {}
   ~MappedTensor() { file->advise(offset, nbytes, Advice::kRelease); }
 };
 
@@ -106,24 +107,24 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, const ReadPat
   if (views && !file->mostly_cached()) will_need(plan, pf, *file);
   PendingCopies pending;  // device destinations: copies in flight
   Status st = [&]() -> Status {
-  for (size_t ti : pf.tensors) {
-    if (d.stopped()) break;
-    const PlannedTensor& t = plan.tensors[ti];
-    if (as_view(t, path)) {
-      WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/true));
-      continue;
+    for (size_t ti : pf.tensors) {
+      if (d.stopped()) break;
+      const PlannedTensor& t = plan.tensors[ti];
+      if (as_view(t, path)) {
+        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/true));
+        continue;
+      }
+      if (!t.shard && t.file_offset) {
+        WL_ASSIGN_OR_RETURN(Region r, place(t, dest), .file = pf.path);
+        Status s = read_region(dest, r, 0, *file, *t.file_offset, t.nbytes, pending);
+        if (s.ok() && !r.device.host_accessible()) s = pending.wait();
+        WL_RETURN_IF_ERROR(s, .tensor = t.name, .file = pf.path);
+        WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, r)));
+        continue;
+      }
+      WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
     }
-    if (!t.shard && t.file_offset) {
-      WL_ASSIGN_OR_RETURN(Region r, place(t, dest), .file = pf.path);
-      Status s = read_region(dest, r, 0, *file, *t.file_offset, t.nbytes, pending);
-      if (s.ok() && !r.device.host_accessible()) s = pending.wait();
-      WL_RETURN_IF_ERROR(s, .tensor = t.name, .file = pf.path);
-      WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, r)));
-      continue;
-    }
-    WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
-  }
-  return Status();
+    return Status();
   }();
   Status copies = pending.wait();  // never leave with copies in flight
   WL_RETURN_IF_ERROR(st);

@@ -25,11 +25,11 @@ enum class BackendKind { kNone, kCuda, kFake };
 // its *_reason says why.
 struct Api {
   BackendKind kind = BackendKind::kNone;
-  std::string name;            // for backend_name()
+  std::string name;  // for backend_name()
   int devices = 0;
-  std::string reason;          // why devices == 0
-  WlCudaRuntime rt{};          // non-null when devices > 0
-  WlCudaDriver drv{};          // real backend: the driver (detection only)
+  std::string reason;  // why devices == 0
+  WlCudaRuntime rt{};  // non-null when devices > 0
+  WlCudaDriver drv{};  // real backend: the driver (detection only)
   // Our kernels (libweightlift_cuda.so, or the fake's host fill).
   int (*fill_dummy)(int device, int kind, void* ptr, uint64_t numel, const dummy::Params* params, char* err,
                     size_t errlen) = nullptr;

@@ -43,9 +43,9 @@ inline constexpr int kCudaErrorUnknown = 999;
 inline constexpr int kCudaErrorHostMemoryAlreadyRegistered = 712;
 inline constexpr int kCudaErrorHostMemoryNotRegistered = 713;
 inline constexpr int kCudaErrorNotSupported = 801;
-inline constexpr int kCuErrorNoDevice = 100;       // CUDA_ERROR_NO_DEVICE
-inline constexpr int kCuErrorStubLibrary = 34;     // CUDA_ERROR_STUB_LIBRARY
-inline constexpr int kCuErrorNotInitialized = 3;   // CUDA_ERROR_NOT_INITIALIZED
+inline constexpr int kCuErrorNoDevice = 100;      // CUDA_ERROR_NO_DEVICE
+inline constexpr int kCuErrorStubLibrary = 34;    // CUDA_ERROR_STUB_LIBRARY
+inline constexpr int kCuErrorNotInitialized = 3;  // CUDA_ERROR_NOT_INITIALIZED
 
 // The CUDA runtime (libcudart): the subset weightlift uses.
 struct WlCudaRuntime {

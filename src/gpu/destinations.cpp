@@ -56,8 +56,8 @@ Status check_ring(const RingOptions& o, std::string_view where) {
   if (o.slots < 2 || o.slots > 64)
     return Status::InvalidArgument(fmt::format("{}: {} slots is outside 2..64", where, o.slots));
   if (o.slot_bytes < (uint64_t{64} << 10) || o.slot_bytes > (uint64_t{256} << 20) || o.slot_bytes % 4096 != 0)
-    return Status::InvalidArgument(
-        fmt::format("{}: a slot of {} bytes is outside 64 KiB..256 MiB or not a multiple of 4096", where, o.slot_bytes));
+    return Status::InvalidArgument(fmt::format(
+        "{}: a slot of {} bytes is outside 64 KiB..256 MiB or not a multiple of 4096", where, o.slot_bytes));
   if (o.streams < 1 || o.streams > 8)
     return Status::InvalidArgument(fmt::format("{}: {} copy streams is outside 1..8", where, o.streams));
   return Status();
@@ -70,9 +70,12 @@ RingOptions machine_ring_options(unsigned cores, uint64_t memory_bytes) {
   o.slots = std::clamp<uint32_t>(2 * std::max(cores, 1u), 8, 64);
   // At most 1/64 of the memory (but never under 8 slots of 1 MiB).
   while (memory_bytes > 0 && o.slots * o.slot_bytes > memory_bytes / 64) {
-    if (o.slots > 8) o.slots -= 8;
-    else if (o.slot_bytes > (uint64_t{1} << 20)) o.slot_bytes /= 2;
-    else break;
+    if (o.slots > 8)
+      o.slots -= 8;
+    else if (o.slot_bytes > (uint64_t{1} << 20))
+      o.slot_bytes /= 2;
+    else
+      break;
   }
   return o;
 }
@@ -129,7 +132,6 @@ void reset_ring_options() {
   std::lock_guard lk(g_ring_mu);
   g_ring_set.reset();
 }
-
 
 // ---- memory owners ----------------------------------------------------------------------
 

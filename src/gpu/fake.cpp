@@ -24,7 +24,7 @@ namespace wl::gpu::fake {
 
 namespace {
 
-constexpr int kIllegalAddress = 700;  // cudaErrorIllegalAddress
+constexpr int kIllegalAddress = 700;                        // cudaErrorIllegalAddress
 constexpr uintptr_t kDeviceBase = uintptr_t{0x1000} << 48;  // not a canonical x86-64/arm64 address
 constexpr uintptr_t kGap = uintptr_t{1} << 20;
 
@@ -105,8 +105,7 @@ uint64_t digest(const std::byte* p, uint64_t n) {
 
 void bump_peak(int64_t live) {
   int64_t peak = g_stats.device_peak.load();
-  while (live > peak && !g_stats.device_peak.compare_exchange_weak(peak, live)) {
-  }
+  while (live > peak && !g_stats.device_peak.compare_exchange_weak(peak, live)) {}
 }
 
 // ---- events and streams -------------------------------------------------------------
@@ -234,8 +233,8 @@ int device_free(void* p) {
 
 int host_alloc(void** out, size_t n, unsigned) {
   if (S().o.host_alloc_delay.count() > 0) std::this_thread::sleep_for(S().o.host_alloc_delay);
-  if (S().o.pinned_limit_bytes > 0 && g_stats.pinned_live + static_cast<int64_t>(n) >
-                                          static_cast<int64_t>(S().o.pinned_limit_bytes))
+  if (S().o.pinned_limit_bytes > 0 &&
+      g_stats.pinned_live + static_cast<int64_t>(n) > static_cast<int64_t>(S().o.pinned_limit_bytes))
     return kCudaErrorMemoryAllocation;
   auto host = Buffer::allocate(std::max<size_t>(n, 1), 4096);
   if (!host.ok()) return kCudaErrorMemoryAllocation;
@@ -386,7 +385,8 @@ int stream_synchronize(void* s) {
 int mem_get_info(size_t* free_bytes, size_t* total) {
   std::shared_lock lk(S().mu);
   *total = S().o.memory_per_device;
-  *free_bytes = static_cast<size_t>(static_cast<int64_t>(S().o.memory_per_device) - S().used[static_cast<size_t>(t_device)]);
+  *free_bytes =
+      static_cast<size_t>(static_cast<int64_t>(S().o.memory_per_device) - S().used[static_cast<size_t>(t_device)]);
   return 0;
 }
 int runtime_version(int* v) {
@@ -497,10 +497,16 @@ const WlCuFile kCuFile = {cufile_open,           cufile_register, cufile_deregis
 
 int dtype_size(int t) {
   switch (t) {
-    case 0: case 1: return 1;   // int8, uint8
-    case 2: case 3: case 6: return 4;  // int32, uint32, float32
-    case 4: case 5: case 8: return 8;  // int64, uint64, float64
-    case 7: case 9: return 2;   // float16, bfloat16
+    case 0:
+    case 1: return 1;  // int8, uint8
+    case 2:
+    case 3:
+    case 6: return 4;  // int32, uint32, float32
+    case 4:
+    case 5:
+    case 8: return 8;  // int64, uint64, float64
+    case 7:
+    case 9: return 2;  // float16, bfloat16
     default: return 0;
   }
 }
@@ -556,8 +562,8 @@ int nccl_async_error(void*, int* result) {
   return 0;
 }
 
-const WlNccl kNccl = {nccl_version,   nccl_unique_id, nccl_init,  nccl_destroy,    nccl_all_gather, nccl_broadcast,
-                      nccl_error,     nccl_count,     nccl_user_rank, nccl_abort, nccl_async_error};
+const WlNccl kNccl = {nccl_version, nccl_unique_id, nccl_init,      nccl_destroy, nccl_all_gather, nccl_broadcast,
+                      nccl_error,   nccl_count,     nccl_user_rank, nccl_abort,   nccl_async_error};
 
 }  // namespace
 
@@ -578,22 +584,25 @@ Api make_api(const Options& o) {
   a.name = "fake (host memory)";
   a.devices = std::max(o.devices, 0);
   if (a.devices == 0) a.reason = "no CUDA device (fake backend with 0 devices)";
-  a.rt = WlCudaRuntime{get_device_count, set_device,     get_device,       device_malloc,  device_free,
-                       host_alloc,       free_host,      memcpy_sync,      memcpy_async,   stream_create,
-                       stream_destroy,   stream_synchronize, event_create, event_destroy,  event_record,
-                       event_synchronize, event_query,   mem_get_info,     runtime_version, last_error,
-                       error_string,      host_register, host_unregister,  device_attribute};
+  a.rt = WlCudaRuntime{get_device_count,  set_device,         get_device,      device_malloc,   device_free,
+                       host_alloc,        free_host,          memcpy_sync,     memcpy_async,    stream_create,
+                       stream_destroy,    stream_synchronize, event_create,    event_destroy,   event_record,
+                       event_synchronize, event_query,        mem_get_info,    runtime_version, last_error,
+                       error_string,      host_register,      host_unregister, device_attribute};
   a.kernels_loaded = true;
-  if (o.kernels) a.fill_dummy = fill_dummy;
-  else a.kernels_reason = "the CUDA kernels (libweightlift_cuda.so) are not installed (fake backend)";
+  if (o.kernels)
+    a.fill_dummy = fill_dummy;
+  else
+    a.kernels_reason = "the CUDA kernels (libweightlift_cuda.so) are not installed (fake backend)";
   if (o.cufile) a.fake_cufile = &kCuFile;
-  if (!o.machine_platform) a.probe_platform = [platform = o.platform](int fd) {
-    g_stats.platform_probes++;
-    GdsPlatform p = platform;
-    struct stat st {};
-    if (::fstat(fd, &st) == 0) p.fs_id = static_cast<uint64_t>(st.st_dev);
-    return p;
-  };
+  if (!o.machine_platform)
+    a.probe_platform = [platform = o.platform](int fd) {
+      g_stats.platform_probes++;
+      GdsPlatform p = platform;
+      struct stat st {};
+      if (::fstat(fd, &st) == 0) p.fs_id = static_cast<uint64_t>(st.st_dev);
+      return p;
+    };
   if (o.nccl) a.fake_nccl = &kNccl;
   return a;
 }

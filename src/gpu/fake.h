@@ -28,11 +28,11 @@ struct Options {
   std::chrono::microseconds copy_delay{0};          // every async copy sleeps this long first
   std::chrono::microseconds host_alloc_delay{0};    // every cudaHostAlloc sleeps this long first
   uint64_t pinned_limit_bytes = 0;                  // cudaHostAlloc past it fails (0: no limit)
-  int64_t fail_copy_at = -1;          // the Nth async copy (0-based, all streams) fails on its stream
-  bool cufile = true;                 // cuFile present
-  bool cufile_driver_fails = false;   // cuFileDriverOpen fails
-  bool cufile_register_fails = false; // cuFileHandleRegister fails (filesystem without GDS)
-  int64_t cufile_fail_read_at = -1;   // the Nth cuFileRead (0-based) fails
+  int64_t fail_copy_at = -1;                        // the Nth async copy (0-based, all streams) fails on its stream
+  bool cufile = true;                               // cuFile present
+  bool cufile_driver_fails = false;                 // cuFileDriverOpen fails
+  bool cufile_register_fails = false;               // cuFileHandleRegister fails (filesystem without GDS)
+  int64_t cufile_fail_read_at = -1;                 // the Nth cuFileRead (0-based) fails
   // What gds=auto sees of the platform (gds_platform.h; fs_id comes from the
   // file): by default a machine where GDS works (ext4 on NVMe, nvidia-fs).
   GdsPlatform platform{0, "ext4", "nvme", true, false};
@@ -40,7 +40,7 @@ struct Options {
   // cuFile's driver properties: an nvidia-fs version and NVMe support, or
   // (compat_only) neither: cuFile would read in compatibility mode only.
   bool cufile_compat_only = false;
-  bool kernels = true;                // libweightlift_cuda.so present
+  bool kernels = true;  // libweightlift_cuda.so present
   // cudaHostRegister (read-only): supported by the device (its attribute),
   // or refused (cudaErrorNotSupported) as on platforms that will not pin a
   // file mapping.

@@ -42,9 +42,10 @@ Result<std::shared_ptr<DirectReader::Handle>> DirectReader::handle_of(const Rand
   WlCuFileError e = fn->handleRegister(&h->handle, &d);
   if (e.err != 0) {
     h->handle = nullptr;
-    return Status::Unimplemented(fmt::format(
-               "cuFileHandleRegister failed (cuFile error {}): the filesystem does not support GPUDirect Storage",
-               e.err))
+    return Status::Unimplemented(
+               fmt::format(
+                   "cuFileHandleRegister failed (cuFile error {}): the filesystem does not support GPUDirect Storage",
+                   e.err))
         .with_file(file.path());
   }
   if (order_.size() >= kMaxHandles) {  // the oldest goes; a read still using it holds its own reference
@@ -122,8 +123,8 @@ Status DirectReader::read(const RandomAccessFile& file, uint64_t offset, std::by
     ssize_t r = h->fn->read(h->handle, const_cast<std::byte*>(base), static_cast<size_t>(want),
                             static_cast<off_t>(offset + done), static_cast<off_t>(dst + done - base));
     if (r < 0)
-      return Status::IoError(fmt::format("cuFileRead of {} bytes at offset {} failed (cuFile error {})", want,
-                                         offset + done, -r))
+      return Status::IoError(
+                 fmt::format("cuFileRead of {} bytes at offset {} failed (cuFile error {})", want, offset + done, -r))
           .with_file(file.path());
     if (r == 0)
       return Status::OutOfRange(fmt::format("cuFileRead at offset {} hit the end of the file", offset + done))

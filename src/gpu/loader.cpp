@@ -168,7 +168,8 @@ Api detect_cuda() {
     return a;
   }
   std::string missing;
-  bool ok = resolve(drv, "cuInit", &a.drv.init, &missing) && resolve(drv, "cuDeviceGetCount", &a.drv.deviceGetCount, &missing) &&
+  bool ok = resolve(drv, "cuInit", &a.drv.init, &missing) &&
+            resolve(drv, "cuDeviceGetCount", &a.drv.deviceGetCount, &missing) &&
             resolve(drv, "cuDriverGetVersion", &a.drv.driverGetVersion, &missing);
   (void)resolve(drv, "cuGetErrorString", &a.drv.getErrorString, &missing);
   if (!ok) {
@@ -204,8 +205,10 @@ Api detect_cuda() {
   if (!rt) {
     if (const char* env = std::getenv("WEIGHTLIFT_CUDART"); env && *env) {
       rt = ::dlopen(env, RTLD_NOW | RTLD_LOCAL);
-      if (rt) rt_which = env;
-      else if (const char* e = ::dlerror()) rt_errors += fmt::format("\n  {}", e);
+      if (rt)
+        rt_which = env;
+      else if (const char* e = ::dlerror())
+        rt_errors += fmt::format("\n  {}", e);
     }
   }
   const WlCudaApi* kernels = nullptr;
@@ -291,8 +294,8 @@ Nccl load_nccl(const Api& api, WlNccl* out) {
     return n;
   }
   std::string which, errors;
-  void* h = open_library("libnccl.so", {"libnccl.so.2", "libnccl.so", "/usr/local/cuda/lib64/libnccl.so.2"}, &which,
-                         &errors);
+  void* h =
+      open_library("libnccl.so", {"libnccl.so.2", "libnccl.so", "/usr/local/cuda/lib64/libnccl.so.2"}, &which, &errors);
   if (!h) {
     n.reason = "NCCL (libnccl.so.2) is not installed";
     return n;

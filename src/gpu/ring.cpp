@@ -42,8 +42,8 @@ Status Ring::add_block(uint32_t b) {
   const uint32_t first = b * kBlock, n = std::min(kBlock, slots_ - first);
   void* p = nullptr;
   if (int rc = api_.rt.hostAlloc(&p, static_cast<size_t>(slot_bytes_ * n), kCudaHostAllocPortable); rc != 0)
-    return cuda_error(api_, rc, fmt::format("cudaHostAlloc of {} slots of {} KiB of the pinned staging ring", n,
-                                            slot_bytes_ >> 10));
+    return cuda_error(
+        api_, rc, fmt::format("cudaHostAlloc of {} slots of {} KiB of the pinned staging ring", n, slot_bytes_ >> 10));
   {
     std::lock_guard lk(mu_);
     blocks_[b] = static_cast<std::byte*>(p);
@@ -152,8 +152,8 @@ Status Copier::submit(UploadTracker* owner, uint32_t slot, std::span<const Uploa
   for (const UploadCopy& c : copies)
     if (c.src_offset > src.size() || c.size > src.size() - c.src_offset) {
       ring_->release(slot);
-      return Status::Internal(fmt::format("a copy of {} bytes at {} exceeds the {}-byte staging slot", c.size,
-                                          c.src_offset, src.size()));
+      return Status::Internal(
+          fmt::format("a copy of {} bytes at {} exceeds the {}-byte staging slot", c.size, c.src_offset, src.size()));
     }
   if (Status s = set_device(api_, device_); !s.ok()) {
     ring_->release(slot);
@@ -216,13 +216,15 @@ Status Copier::submit_host(UploadTracker* owner, std::span<const HostCopy> copie
 }
 
 Status Copier::register_host(const std::byte* p, uint64_t n) {
-  if (!host_register_) return Status::Unimplemented(fmt::format("cuda:{} cannot register host memory read-only", device_));
+  if (!host_register_)
+    return Status::Unimplemented(fmt::format("cuda:{} cannot register host memory read-only", device_));
   const uint64_t len = (n + 4095) & ~uint64_t{4095};
   if (int rc = api_.rt.hostRegister(const_cast<std::byte*>(p), static_cast<size_t>(len),
                                     kCudaHostRegisterPortable | kCudaHostRegisterReadOnly);
       rc != 0) {
     (void)api_.rt.getLastError();  // not sticky, but clear it for the runtime's next caller
-    return Status::Unimplemented(cuda_error(api_, rc, fmt::format("cudaHostRegister of {} bytes (read-only)", len)).message());
+    return Status::Unimplemented(
+        cuda_error(api_, rc, fmt::format("cudaHostRegister of {} bytes (read-only)", len)).message());
   }
   return Status();
 }

@@ -16,8 +16,8 @@
 
 #include <fmt/format.h>
 
-#include "weightlift/http.h"
 #include "http/ca_bundle.h"
+#include "weightlift/http.h"
 
 namespace wl {
 namespace {
@@ -120,8 +120,8 @@ void mark_dead(const std::string& origin, double window_s, std::string why) {
   std::lock_guard lk(g_dead_mu);
   if (g_dead.size() > 1024) g_dead.clear();
   auto now = Clock::now();
-  g_dead[origin] = DeadHost{now, now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(window_s)),
-                            std::move(why)};
+  g_dead[origin] = DeadHost{
+      now, now + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(window_s)), std::move(why)};
 }
 void mark_alive(const std::string& origin) {
   std::lock_guard lk(g_dead_mu);
@@ -189,11 +189,13 @@ size_t on_header_impl(Transfer* t, char* data, size_t len) {
   if (line.starts_with("HTTP/")) {  // a new response (after 100-continue or a redirect): start over
     t->resp->headers.clear();
     auto sp = line.find(' ');
-    t->resp->status = sp == std::string_view::npos ? 0 : std::strtol(std::string(line.substr(sp + 1, 3)).c_str(), nullptr, 10);
+    t->resp->status =
+        sp == std::string_view::npos ? 0 : std::strtol(std::string(line.substr(sp + 1, 3)).c_str(), nullptr, 10);
     return len;
   }
   auto colon = line.find(':');
-  if (colon != std::string_view::npos) t->resp->headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
+  if (colon != std::string_view::npos)
+    t->resp->headers[lower(trim(line.substr(0, colon)))] = trim(line.substr(colon + 1));
   return len;
 }
 
@@ -282,8 +284,7 @@ struct HttpClient::Pool {
 
 HttpOptions::HttpOptions() {
   auto bad = [&](const char* name, const char* value, const char* what) {
-    if (invalid.empty())
-      invalid = fmt::format("{}='{}' is not {}", name, std::string_view(value).substr(0, 64), what);
+    if (invalid.empty()) invalid = fmt::format("{}='{}' is not {}", name, std::string_view(value).substr(0, 64), what);
   };
   auto seconds = [&](const char* name, double* field, bool zero_ok) {
     const char* v = std::getenv(name);
@@ -316,8 +317,10 @@ ScopedNetworkDeadline::ScopedNetworkDeadline(double seconds, std::string setting
   std::lock_guard lk(g_deadline_mu);
   previous_ns_ = g_deadline_ns.load();
   previous_setting_ = g_deadline_setting;
-  const auto at = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(0.0, seconds)));
-  const int64_t ns = std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
+  const auto at =
+      Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(std::max(0.0, seconds)));
+  const int64_t ns =
+      std::max<int64_t>(1, std::chrono::duration_cast<std::chrono::nanoseconds>(at.time_since_epoch()).count());
   if (previous_ns_ == 0 || ns < previous_ns_) {
     g_deadline_ns = ns;
     g_deadline_setting = fmt::format("{} {}", setting, secs(seconds));
@@ -343,7 +346,8 @@ std::string url_origin(const std::string& url) {
   std::string scheme = lower(url.substr(0, scheme_end));
   size_t host_start = scheme_end + 3;
   size_t host_end = url.find_first_of("/?#", host_start);
-  std::string authority = lower(url.substr(host_start, host_end == std::string::npos ? std::string::npos : host_end - host_start));
+  std::string authority =
+      lower(url.substr(host_start, host_end == std::string::npos ? std::string::npos : host_end - host_start));
   auto at = authority.rfind('@');
   if (at != std::string::npos) authority = authority.substr(at + 1);
   size_t colon_from = authority.starts_with('[') ? authority.find(']') : 0;
@@ -383,22 +387,18 @@ Status status_from_response(const HttpResponse& r, const std::string& url) {
   std::string where = redact(url);
   std::string status = "HTTP " + std::to_string(r.status);
   switch (classify_hub_error(r)) {
-    case HubErrorKind::kNone:
-      return Status();
-    case HubErrorKind::kRevisionNotFound:
-      return Status::NotFound("revision not found (" + status + ") for " + where);
-    case HubErrorKind::kEntryNotFound:
-      return Status::NotFound("entry not found (" + status + ") for " + where);
+    case HubErrorKind::kNone: return Status();
+    case HubErrorKind::kRevisionNotFound: return Status::NotFound("revision not found (" + status + ") for " + where);
+    case HubErrorKind::kEntryNotFound: return Status::NotFound("entry not found (" + status + ") for " + where);
     case HubErrorKind::kGated:
       return Status::PermissionDenied("gated repository: access is restricted, log in or pass a token with access (" +
                                       status + ") for " + where);
-    case HubErrorKind::kDisabled:
-      return Status::PermissionDenied("repository disabled (" + status + ") for " + where);
+    case HubErrorKind::kDisabled: return Status::PermissionDenied("repository disabled (" + status + ") for " + where);
     case HubErrorKind::kRepoNotFound:
       return Status::NotFound("repository not found (" + status +
-                              "); check the repository id, or the token for a private or gated repository, for " + where);
-    case HubErrorKind::kOther:
-      break;
+                              "); check the repository id, or the token for a private or gated repository, for " +
+                              where);
+    case HubErrorKind::kOther: break;
   }
   if (r.status == 403) return Status::PermissionDenied("forbidden (" + status + ") for " + where);
   if (r.status == 404) return Status::NotFound("not found (" + status + ") for " + where);
@@ -408,11 +408,11 @@ Status status_from_response(const HttpResponse& r, const std::string& url) {
 
 // What one attempt did, for run()'s decisions and messages.
 struct HttpClient::Attempt {
-  long timeout_ms = 0;         // CURLOPT_TIMEOUT_MS (0: none)
-  uint64_t delivered = 0;      // body bytes handed to the sink
+  long timeout_ms = 0;     // CURLOPT_TIMEOUT_MS (0: none)
+  uint64_t delivered = 0;  // body bytes handed to the sink
   bool transport_error = false;
-  bool answered = false;       // a status line arrived
-  std::string detail;          // curl's own words for a transport error
+  bool answered = false;  // a status line arrived
+  std::string detail;     // curl's own words for a transport error
 };
 
 Result<HttpResponse> HttpClient::perform_once(const HttpRequest& req, const std::string& url, bool send_auth,
@@ -421,8 +421,8 @@ Result<HttpResponse> HttpClient::perform_once(const HttpRequest& req, const std:
   a->answered = false;
   a->detail.clear();
   if (!http_scheme(url))  // libcurl refuses it too (CURLOPT_PROTOCOLS_STR); this names it
-    return Status::InvalidArgument(fmt::format("refusing a {}:// URL: only http and https are allowed ({})",
-                                               scheme_of(url), redact(url)));
+    return Status::InvalidArgument(
+        fmt::format("refusing a {}:// URL: only http and https are allowed ({})", scheme_of(url), redact(url)));
   CURL* c = pool_->acquire();
   if (!c) return Status::Internal("curl_easy_init failed");
   HttpResponse resp;
@@ -497,8 +497,8 @@ Result<HttpResponse> HttpClient::perform_once(const HttpRequest& req, const std:
   if (!t.sink_status.ok()) return t.sink_status;
   if (t.unexpected) return resp;
   if (t.headers_too_large)
-    return Status::OutOfRange(fmt::format("response headers larger than {} bytes from {}", options_.max_header_bytes,
-                                          redact(url)));
+    return Status::OutOfRange(
+        fmt::format("response headers larger than {} bytes from {}", options_.max_header_bytes, redact(url)));
   if (t.too_large)
     return Status::OutOfRange("response body larger than " + std::to_string(req.max_body_bytes) + " bytes from " +
                               redact(url));
@@ -515,23 +515,26 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
   if (delivered) *delivered = 0;
   if (!options_.invalid.empty()) return Status::InvalidArgument(options_.invalid);
   if (!http_scheme(req.url))
-    return Status::InvalidArgument(fmt::format("refusing a {}:// URL: only http and https are allowed ({})",
-                                               scheme_of(req.url), redact(req.url)));
+    return Status::InvalidArgument(
+        fmt::format("refusing a {}:// URL: only http and https are allowed ({})", scheme_of(req.url), redact(req.url)));
   const std::string origin = url_origin(req.url);
   const auto start = Clock::now();
   // The earliest of: the request's own deadline, request_timeout_s, the process's (--deadline).
   Clock::time_point deadline = req.deadline;  // callers set it for request_timeout_s over resumes
-  std::string deadline_setting =
-      options_.request_timeout_s > 0 ? "--request-timeout " + secs(options_.request_timeout_s) : "the caller's deadline";
+  std::string deadline_setting = options_.request_timeout_s > 0
+                                     ? "--request-timeout " + secs(options_.request_timeout_s)
+                                     : "the caller's deadline";
   if (options_.request_timeout_s > 0) {
-    auto d = start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.request_timeout_s));
+    auto d =
+        start + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.request_timeout_s));
     if (deadline == Clock::time_point{} || d < deadline) {
       deadline = d;
       deadline_setting = "--request-timeout " + secs(options_.request_timeout_s);
     }
   }
   std::string process_setting;
-  if (auto p = process_deadline(&process_setting); p != Clock::time_point{} && (deadline == Clock::time_point{} || p < deadline)) {
+  if (auto p = process_deadline(&process_setting);
+      p != Clock::time_point{} && (deadline == Clock::time_point{} || p < deadline)) {
     deadline = p;
     deadline_setting = process_setting;
   }
@@ -547,9 +550,9 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
                                            deadline_setting, attempts, attempts == 1 ? "" : "s", seconds_since(start)));
   };
   if (auto dead = options_.dead_host_window_s > 0 ? dead_host(origin) : std::nullopt)
-    return Status::Unavailable(fmt::format(
-        "{}: not tried: {} did not answer {:.0f} s ago ({}); it is tried again {:g} s after that", what, origin,
-        seconds_since(dead->since), dead->why, options_.dead_host_window_s));
+    return Status::Unavailable(
+        fmt::format("{}: not tried: {} did not answer {:.0f} s ago ({}); it is tried again {:g} s after that", what,
+                    origin, seconds_since(dead->since), dead->why, options_.dead_host_window_s));
 
   std::string url = req.url;
   bool send_auth = true, answered = false;
@@ -577,7 +580,8 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
       if (has_deadline && remaining_s() <= 0.05) return deadline_passed(attempt + 1);
       if (can_retry && wait_then_retry(jittered_backoff(options_.retry, attempt))) continue;
       const int tries = attempt + 1;
-      const std::string tried = fmt::format("{} attempt{} in {:.1f} s", tries, tries == 1 ? "" : "s", seconds_since(start));
+      const std::string tried =
+          fmt::format("{} attempt{} in {:.1f} s", tries, tries == 1 ? "" : "s", seconds_since(start));
       if (!answered && a.delivered == 0)
         mark_dead(url_origin(url), options_.dead_host_window_s, fmt::format("{}; {}", a.detail, tried));
       return Status::Unavailable(fmt::format("connection failed: {}: {} ({}; {})", what, a.detail, tried, settings()));
@@ -590,8 +594,8 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
         delay = std::min(static_cast<double>(std::stol(ra)), options_.retry.max_delay_s);
       if (can_retry && wait_then_retry(delay)) continue;
       Status s = status_from_response(resp, url);
-      return Status::Unavailable(fmt::format("{} after {} attempts in {:.1f} s", s.message(), attempt + 1,
-                                             seconds_since(start)));
+      return Status::Unavailable(
+          fmt::format("{} after {} attempts in {:.1f} s", s.message(), attempt + 1, seconds_since(start)));
     }
     if (resp.status >= 300 && resp.status < 400 && !resp.header("location").empty()) {
       const std::string loc = resp.header("location");
@@ -604,9 +608,9 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
         if (!relative && !http_scheme(loc)) next = loc;  // curl leaves other schemes out: name it below
         if (next.empty()) return Status::InvalidArgument("unusable redirect Location from " + redact(url));
         if (!http_scheme(next))
-          return Status::InvalidArgument(fmt::format(
-              "refusing to follow a redirect to a {}:// URL from {}: only http and https are allowed", scheme_of(next),
-              redact(url)));
+          return Status::InvalidArgument(
+              fmt::format("refusing to follow a redirect to a {}:// URL from {}: only http and https are allowed",
+                          scheme_of(next), redact(url)));
         if (url_origin(next) != origin) send_auth = false;  // never hand the token to another host
         url = next;
         continue;

@@ -2,8 +2,8 @@
 #include "http/remote_file.h"
 
 #include <algorithm>
-#include <chrono>
 #include <charconv>
+#include <chrono>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -86,8 +86,8 @@ Result<ObjectStat> stat_object(HttpClient& http, const ObjectTarget& target, con
   return target.error(*r);
 }
 
-Status read_object_range(HttpClient& http, const ObjectTarget& target, const std::string& version,
-                         uint64_t object_size, uint64_t offset, std::span<const std::span<std::byte>> parts) {
+Status read_object_range(HttpClient& http, const ObjectTarget& target, const std::string& version, uint64_t object_size,
+                         uint64_t offset, std::span<const std::span<std::byte>> parts) {
   uint64_t total = 0;
   for (auto p : parts) {
     if (!checked_add(total, static_cast<uint64_t>(p.size()), &total))
@@ -100,8 +100,8 @@ Status read_object_range(HttpClient& http, const ObjectTarget& target, const std
         .with_file(target.name());
   if (total == 0) return Status();
 
-  uint64_t done = 0;     // bytes placed into parts
-  size_t part = 0;       // where the next byte goes
+  uint64_t done = 0;  // bytes placed into parts
+  size_t part = 0;    // where the next byte goes
   uint64_t in_part = 0;
   while (part < parts.size() && parts[part].empty()) ++part;
   const auto started = std::chrono::steady_clock::now();
@@ -116,8 +116,8 @@ Status read_object_range(HttpClient& http, const ObjectTarget& target, const std
     req.deadline = deadline;
     req.headers.emplace_back("Range", fmt::format("bytes={}-{}", first, last));
     if (!version.empty()) req.headers.emplace_back("If-Match", version);
-    uint64_t skip = 0;      // bytes of a 200 (whole object) answer before `first`
-    bool enough = false;    // a 200 answer: stop it once the range is in
+    uint64_t skip = 0;    // bytes of a 200 (whole object) answer before `first`
+    bool enough = false;  // a 200 answer: stop it once the range is in
     Status body_error;
     req.on_response = [&](const HttpResponse& r) -> Status {
       const std::string cl = r.header("content-length");
@@ -127,10 +127,11 @@ Status read_object_range(HttpClient& http, const ObjectTarget& target, const std
         auto cr = parse_content_range(r.header("content-range"));
         if (!cr || cr->first != first || cr->last != last || (cr->total && *cr->total != object_size) ||
             (has_len && len != last - first + 1))
-          return Status::Corrupt(fmt::format(
-                     "asked for bytes {}-{} of a {}-byte object, the server answered Content-Range '{}' with "
-                     "Content-Length '{}'",
-                     first, last, object_size, r.header("content-range"), cl))
+          return Status::Corrupt(
+                     fmt::format(
+                         "asked for bytes {}-{} of a {}-byte object, the server answered Content-Range '{}' with "
+                         "Content-Length '{}'",
+                         first, last, object_size, r.header("content-range"), cl))
               .with_file(target.name());
         skip = 0;
         enough = false;
@@ -138,8 +139,8 @@ Status read_object_range(HttpClient& http, const ObjectTarget& target, const std
       }
       if (r.status == 200) {  // the Range was ignored: the whole object follows
         if (has_len && len != object_size)
-          return Status::Corrupt(fmt::format("the object is {} bytes but the server sent a {}-byte body", object_size,
-                                             len))
+          return Status::Corrupt(
+                     fmt::format("the object is {} bytes but the server sent a {}-byte body", object_size, len))
               .with_file(target.name());
         skip = first;
         enough = true;
@@ -194,8 +195,8 @@ Status read_object_range(HttpClient& http, const ObjectTarget& target, const std
     if (r->status == 412) return changed_since_planned(target.name());
     if (r->status < 200 || r->status >= 300) return target.error(*r);
     if (done == total) return Status();
-    return Status::Corrupt(fmt::format("the server's body ended after {} of the {} bytes of range {}-{}",
-                                       done - before, last - first + 1, first, last))
+    return Status::Corrupt(fmt::format("the server's body ended after {} of the {} bytes of range {}-{}", done - before,
+                                       last - first + 1, first, last))
         .with_file(target.name());
   }
 }
@@ -239,7 +240,8 @@ Result<std::shared_ptr<RandomAccessFile>> open_remote(std::shared_ptr<HttpClient
                                                       std::shared_ptr<const ObjectTarget> target,
                                                       const OpenOptions& options) {
   WL_ASSIGN_OR_RETURN(ObjectStat st, stat_object(*http, *target, options.expect_version));
-  return std::shared_ptr<RandomAccessFile>(std::make_shared<RemoteFile>(std::move(http), std::move(target), std::move(st)));
+  return std::shared_ptr<RandomAccessFile>(
+      std::make_shared<RemoteFile>(std::move(http), std::move(target), std::move(st)));
 }
 
 }  // namespace wl::remote

@@ -49,8 +49,8 @@ Result<ObjectStat> stat_object(HttpClient& http, const ObjectTarget& target, con
 // Reads [offset, offset + sum of parts) of the object into `parts` in order,
 // all or error. `version` non-empty: sent as If-Match (412 -> kAborted).
 // `object_size`: checked against what the server says in Content-Range.
-Status read_object_range(HttpClient& http, const ObjectTarget& target, const std::string& version,
-                         uint64_t object_size, uint64_t offset, std::span<const std::span<std::byte>> parts);
+Status read_object_range(HttpClient& http, const ObjectTarget& target, const std::string& version, uint64_t object_size,
+                         uint64_t offset, std::span<const std::span<std::byte>> parts);
 
 // The file of one version of an object (see io.h for the contract).
 class RemoteFile final : public RandomAccessFile {

@@ -151,7 +151,8 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
     std::getline(in, magic_line);
     std::string etag;
     uint64_t size = 0;
-    if (magic_line == kJournalMagic && (in >> etag >> size) && etag == m_.etag && size == m_.size && adopt_size == size) {
+    if (magic_line == kJournalMagic && (in >> etag >> size) && etag == m_.etag && size == m_.size &&
+        adopt_size == size) {
       uint64_t a = 0, b = 0;
       while (in >> a >> b)
         if (a < b && b <= m_.size) arrived.emplace_back(a, b);
@@ -175,7 +176,8 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
     chunks_[i].end = i + 1 < cuts.size() ? cuts[i + 1] : m_.size;
   }
   for (const auto& [a, b] : arrived)  // bytes [a, b) arrived: whole chunks, since a and b are cut points
-    for (size_t i = std::lower_bound(cuts.begin(), cuts.end(), a) - cuts.begin(); i < chunks_.size() && chunks_[i].end <= b; ++i)
+    for (size_t i = std::lower_bound(cuts.begin(), cuts.end(), a) - cuts.begin();
+         i < chunks_.size() && chunks_[i].end <= b; ++i)
       chunks_[i].have = chunks_[i].end - chunks_[i].begin;
   for (auto& ch : chunks_)
     if (ch.have == ch.end - ch.begin) ++arrived_;
@@ -213,9 +215,12 @@ Status BlobFetch::check_response(const HttpResponse& r, uint64_t pos, uint64_t e
   uint64_t total = 0;
   bool known = false;
   const auto slash = cr.rfind('/');
-  if (r.status == 206 || r.status == 416) known = slash != std::string::npos && parse_u64(std::string_view(cr).substr(slash + 1), &total);
-  else if (r.status == 200 && whole) known = parse_u64(r.header("content-length"), &total);
-  else return Status();  // not a body this fetch takes (the caller reports it)
+  if (r.status == 206 || r.status == 416)
+    known = slash != std::string::npos && parse_u64(std::string_view(cr).substr(slash + 1), &total);
+  else if (r.status == 200 && whole)
+    known = parse_u64(r.header("content-length"), &total);
+  else
+    return Status();  // not a body this fetch takes (the caller reports it)
   // The size first: a server holding another size than the Hub claimed says more than a bad range.
   if (known && total != m_.size)
     return Status::Corrupt(fmt::format(
@@ -320,8 +325,9 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
   uint64_t saved = pos;
   std::chrono::steady_clock::time_point deadline{};  // request_timeout_s covers every resume of this range
   if (c_.http.options().request_timeout_s > 0)
-    deadline = std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-                                                       std::chrono::duration<double>(c_.http.options().request_timeout_s));
+    deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                                               std::chrono::duration<double>(c_.http.options().request_timeout_s));
   while (pos < end) {
     HttpRequest req;
     req.url = m_.location;
@@ -381,7 +387,8 @@ Status BlobFetch::fetch(Range r, uint64_t dst_offset, std::span<std::byte> dst) 
       // after the client's own retries: give up. A body cut short: resume.
       if (s.code() != Code::kUnavailable || delivered == 0) return release(s);
     }
-    if (delivered >= kWeakProgress) stalls = 0;
+    if (delivered >= kWeakProgress)
+      stalls = 0;
     else if (++stalls >= c_.http.options().retry.max_attempts)
       return release(Status::Unavailable(fmt::format(
           "download of {} stalled at byte {} of {}: {} attempts in a row delivered under {} KiB ({})", where, pos,
@@ -464,8 +471,10 @@ Status BlobFetch::finish() {
     (void)c_.env->remove(partial_);
     (void)c_.env->remove(journal_);
   }
-  if (error_.ok()) final_ = verify_and_commit();
-  else if (error_.code() == Code::kCancelled) final_ = error_;
+  if (error_.ok())
+    final_ = verify_and_commit();
+  else if (error_.code() == Code::kCancelled)
+    final_ = error_;
   else  // name the repository, the file and the revision, not the partial file or a CDN URL
     final_ = Status(error_.code(), fmt::format("cannot download {} of {} (revision {}): {}", m_.path, m_.repo_id,
                                                m_.revision, error_.message()));
@@ -482,9 +491,10 @@ Status BlobFetch::verify_and_commit() {
     out_.reset();
     (void)env->remove(partial_);
     (void)env->remove(journal_);
-    return Status::Corrupt(fmt::format(
-        "downloaded bytes of {} in {} (revision {}) do not match the ETag {} (got {}); the partial download was deleted",
-        m_.path, m_.repo_id, m_.revision, m_.etag, got));
+    return Status::Corrupt(
+        fmt::format("downloaded bytes of {} in {} (revision {}) do not match the ETag {} (got {}); the partial "
+                    "download was deleted",
+                    m_.path, m_.repo_id, m_.revision, m_.etag, got));
   }
   WL_RETURN_IF_ERROR(out_->sync());
   WL_RETURN_IF_ERROR(out_->close());

@@ -8,10 +8,10 @@
 #include <cstdlib>
 
 #include "hub/hub_internal.h"
-#include "weightlift/lock.h"
 #include "weightlift/glob.h"
 #include "weightlift/hash.h"
 #include "weightlift/io.h"
+#include "weightlift/lock.h"
 
 namespace wl {
 namespace {
@@ -90,7 +90,6 @@ std::string repo_folder_name(const std::string& repo_id, const std::string& repo
   return out;
 }
 
-
 std::vector<std::string> filter_repo_files(const std::vector<std::string>& files, const std::vector<std::string>& allow,
                                            const std::vector<std::string>& ignore) {
   auto widen = [](std::vector<std::string> ps) {
@@ -129,7 +128,9 @@ Status check_repo_path(const std::string& name) {
 }
 
 Status check_repo_id(const std::string& repo_id) {
-  auto bad = [&](const char* why) { return Status::InvalidArgument("invalid repository id '" + repo_id + "': " + why); };
+  auto bad = [&](const char* why) {
+    return Status::InvalidArgument("invalid repository id '" + repo_id + "': " + why);
+  };
   if (repo_id.empty() || repo_id.size() > 96) return bad("empty or longer than 96 characters");
   int slashes = 0;
   for (char c : repo_id) {

@@ -46,23 +46,24 @@ std::string normalize_etag(std::string e) {
 
 std::string type_plural(const HubOptions& o) { return o.repo_type + "s"; }
 
-std::string resolve_url(const HubOptions& o, const std::string& repo_id, const std::string& rev, const std::string& file) {
+std::string resolve_url(const HubOptions& o, const std::string& repo_id, const std::string& rev,
+                        const std::string& file) {
   std::string prefix = o.repo_type == "model" ? "" : "/" + type_plural(o);
   return hub_endpoint(o) + prefix + "/" + repo_id + "/resolve/" + url_quote(rev, false) + "/" + url_quote(file, true);
 }
 
 // status_from_response, with the repository and revision named in the message
 // itself for the errors that are about them.
-Status hub_error(const HttpResponse& r, const std::string& url, const std::string& repo_id, const std::string& revision) {
+Status hub_error(const HttpResponse& r, const std::string& url, const std::string& repo_id,
+                 const std::string& revision) {
   Status s = status_from_response(r, url);
   switch (classify_hub_error(r)) {
     case HubErrorKind::kRevisionNotFound:
-      return Status::NotFound(fmt::format("revision not found: '{}' is not a branch, tag or commit of {} ({})", revision,
-                                          repo_id, s.message()));
+      return Status::NotFound(fmt::format("revision not found: '{}' is not a branch, tag or commit of {} ({})",
+                                          revision, repo_id, s.message()));
     case HubErrorKind::kRepoNotFound:
       return Status::NotFound(fmt::format("repository not found: {} ({})", repo_id, s.message()));
-    default:
-      return s;
+    default: return s;
   }
 }
 
@@ -78,7 +79,8 @@ Result<json> get_json(HubCtx& c, const std::string& url, const std::string& repo
     if (out) *out = std::move(r);
     return j;
   } catch (const std::exception& e) {
-    return Status::Corrupt(std::string("malformed JSON from the Hub (") + e.what() + ") for " + url.substr(0, url.find('?')));
+    return Status::Corrupt(std::string("malformed JSON from the Hub (") + e.what() + ") for " +
+                           url.substr(0, url.find('?')));
   }
 }
 
@@ -205,8 +207,8 @@ Result<std::string> cached_snapshot(HubCtx& c, const std::string& repo_id, const
                                       : "the Hub could not be reached (" + why.message() + ")";
   if (!commit || !c.env->is_directory(storage + "/snapshots/" + *commit)) {
     if (!why.ok() && !hub_offline(c.o)) return why;
-    return Status::NotFound(fmt::format("snapshot of {} at revision {} is not in the local cache and {}", repo_id,
-                                        revision, reason));
+    return Status::NotFound(
+        fmt::format("snapshot of {} at revision {} is not in the local cache and {}", repo_id, revision, reason));
   }
   const std::string folder = storage + "/snapshots/" + *commit;
   if (auto tree = read_tree_cache(c.env, storage, *commit)) {
@@ -241,7 +243,8 @@ Status link_pointer(HubCtx& c, const std::string& storage, const std::string& co
     if (ch == '/') target += "../";
   target += "blobs/" + etag;
   static std::atomic<uint64_t> counter{0};
-  const std::string tmp = fmt::format("{}.wl-link-{}", pointer, counter.fetch_add(1) ^ std::hash<std::thread::id>{}(std::this_thread::get_id()));
+  const std::string tmp = fmt::format("{}.wl-link-{}", pointer,
+                                      counter.fetch_add(1) ^ std::hash<std::thread::id>{}(std::this_thread::get_id()));
   (void)env->remove(tmp);
   WL_RETURN_IF_ERROR(env->symlink(target, tmp));
   if (Status s = env->rename(tmp, pointer); !s.ok()) {
@@ -274,13 +277,15 @@ Result<FileMeta> head_file(HubCtx& c, const std::string& repo_id, const std::str
   m.location = redirected ? r.header("location") : r.url;
   if (m.location.find("://") == std::string::npos) m.location = r.url;  // relative: already followed
   if (!m.location.starts_with("http://") && !m.location.starts_with("https://"))
-    return Status::InvalidArgument(fmt::format(
-        "refusing to download {} of {}: the server redirects it to a URL that is not http or https ({})", file,
-        repo_id, m.location.substr(0, std::min<size_t>(m.location.find_first_of("?#"), 200))));
+    return Status::InvalidArgument(
+        fmt::format("refusing to download {} of {}: the server redirects it to a URL that is not http or https ({})",
+                    file, repo_id, m.location.substr(0, std::min<size_t>(m.location.find_first_of("?#"), 200))));
   if (m.commit.empty() || !is_commit_hash(m.commit))
-    return Status::Unavailable("the server's answer for " + req.url + " has no valid X-Repo-Commit (not a Hub endpoint?)");
+    return Status::Unavailable("the server's answer for " + req.url +
+                               " has no valid X-Repo-Commit (not a Hub endpoint?)");
   if (!is_safe_etag(m.etag))
-    return Status::Corrupt("the server's ETag for " + req.url + " is missing or unsafe as a file name: '" + m.etag + "'");
+    return Status::Corrupt("the server's ETag for " + req.url + " is missing or unsafe as a file name: '" + m.etag +
+                           "'");
   m.cross_host = url_origin(m.location) != url_origin(req.url);
   std::string size = r.header("x-linked-size");
   if (size.empty() && redirected) {
@@ -309,7 +314,8 @@ Result<FileMeta> head_file(HubCtx& c, const std::string& repo_id, const std::str
 Result<RepoInfo> repo_info(const std::string& repo_id, const std::string& revision, const HubOptions& o) {
   WL_RETURN_IF_ERROR(check_repo_id(repo_id));
   HubCtx c(o);
-  std::string url = hub_endpoint(o) + "/api/" + type_plural(o) + "/" + repo_id + "/revision/" + url_quote(revision, false);
+  std::string url =
+      hub_endpoint(o) + "/api/" + type_plural(o) + "/" + repo_id + "/revision/" + url_quote(revision, false);
   WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision));
   RepoInfo info;
   try {
@@ -348,8 +354,9 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
     WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision, &resp));
     if (!j.is_array()) return Status::Corrupt("tree listing is not a JSON array from " + url);
     if (out.size() + j.size() > lim.max_list_entries)
-      return Status::OutOfRange(fmt::format("tree listing of {} holds more than {} entries (WEIGHTLIFT_LIST_MAX_ENTRIES)",
-                                            repo_id, lim.max_list_entries));
+      return Status::OutOfRange(
+          fmt::format("tree listing of {} holds more than {} entries (WEIGHTLIFT_LIST_MAX_ENTRIES)", repo_id,
+                      lim.max_list_entries));
     try {
       for (const auto& e : j) {
         RepoEntry r;
@@ -375,8 +382,8 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
       return Status::Corrupt("tree pagination points to another host: " + next.substr(0, next.find('?')));
     empty = !next.empty() && j.empty() ? empty + 1 : 0;
     if (empty >= 3)
-      return Status::Corrupt(fmt::format("tree pagination of {} sent {} empty pages in a row, each linking to another",
-                                         repo_id, empty));
+      return Status::Corrupt(
+          fmt::format("tree pagination of {} sent {} empty pages in a row, each linking to another", repo_id, empty));
     url = next;
   }
   return out;
@@ -402,8 +409,8 @@ Result<std::string> hf_hub_download_impl(const std::string& repo_id, const std::
       return Status::NotFound("entry not found: " + repo_id + "/" + file + " (cached as missing at " + *commit + ")");
     if (hub_offline(o))
       return Status::NotFound(fmt::format(
-          "{} of {} at revision {} is not in the local cache and offline mode is on (HF_HUB_OFFLINE or --offline)", file,
-          repo_id, revision));
+          "{} of {} at revision {} is not in the local cache and offline mode is on (HF_HUB_OFFLINE or --offline)",
+          file, repo_id, revision));
     return why;
   };
   if (hub_offline(o)) return from_cache(Status());
@@ -434,8 +441,8 @@ Result<std::string> hf_hub_download_impl(const std::string& repo_id, const std::
 
 }  // namespace
 
-Result<std::string> hf_hub_download(const std::string& repo_id, const std::string& filename, const std::string& revision,
-                                    const HubOptions& o, const std::string& subfolder) {
+Result<std::string> hf_hub_download(const std::string& repo_id, const std::string& filename,
+                                    const std::string& revision, const HubOptions& o, const std::string& subfolder) {
   try {  // the API boundary: an allocation that fails is an error
     return hf_hub_download_impl(repo_id, filename, revision, o, subfolder);
   } catch (const std::bad_alloc&) {
@@ -485,7 +492,8 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
   if (!names.empty() && files.empty() && (!s.allow_patterns.empty() || !s.ignore_patterns.empty())) {
     std::string which;
     if (!s.allow_patterns.empty()) which += "allow_patterns=" + join_patterns(s.allow_patterns);
-    if (!s.ignore_patterns.empty()) which += (which.empty() ? "" : ", ") + ("ignore_patterns=" + join_patterns(s.ignore_patterns));
+    if (!s.ignore_patterns.empty())
+      which += (which.empty() ? "" : ", ") + ("ignore_patterns=" + join_patterns(s.ignore_patterns));
     c.log(fmt::format("warning: No files matched {} in {} (revision {})", which, repo_id, revision));
   }
   WL_RETURN_IF_ERROR(write_ref(env, storage, revision, commit));
@@ -549,7 +557,8 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return metas[a]->size > metas[b]->size; });
   if (o.progress && total > 0)
-    c.bar = std::make_unique<ProgressBar>("Fetching " + std::to_string(order.size()) + " files", total, true, stderr, "B");
+    c.bar =
+        std::make_unique<ProgressBar>("Fetching " + std::to_string(order.size()) + " files", total, true, stderr, "B");
   parallel_for(order.size(), [&](size_t i) -> Status {
     const FileMeta& m = *metas[order[i]];
     WL_RETURN_IF_ERROR(fetch_blob(c, m));

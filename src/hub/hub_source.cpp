@@ -221,7 +221,8 @@ Result<std::unique_ptr<HubSource>> HubSource::start(const std::string& repo_id, 
     // Chunks small enough that every connection works on a file and the loader is fed early:
     // a quarter of a file's share per connection, at most chunk_bytes, at least 1 MiB.
     const uint64_t most = std::max<uint64_t>(o.chunk_bytes, 1 << 20);
-    const uint64_t chunk = std::clamp<uint64_t>(m.size / (4 * std::max<uint64_t>(1, o.connections_per_file)), 1 << 20, most);
+    const uint64_t chunk =
+        std::clamp<uint64_t>(m.size / (4 * std::max<uint64_t>(1, o.connections_per_file)), 1 << 20, most);
     auto p = std::make_shared<Pending>();
     p->meta = m;
     p->path = impl->folder + "/" + m.path;

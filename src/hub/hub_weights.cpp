@@ -24,8 +24,10 @@ void walk(Env* env, const std::string& folder, const std::string& rel, std::vect
   if (!entries.ok()) return;
   for (const auto& e : *entries) {
     std::string r = rel.empty() ? e.name : rel + "/" + e.name;
-    if (env->is_directory(folder + "/" + r)) walk(env, folder, r, out, depth + 1);
-    else out.push_back(r);
+    if (env->is_directory(folder + "/" + r))
+      walk(env, folder, r, out, depth + 1);
+    else
+      out.push_back(r);
   }
 }
 
@@ -42,7 +44,8 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
   groups->clear();
   for (const auto& p : allow_patterns) groups->push_back({p});
   *listed = false;
-  const bool wants_st = std::find(allow_patterns.begin(), allow_patterns.end(), "*.safetensors") != allow_patterns.end();
+  const bool wants_st =
+      std::find(allow_patterns.begin(), allow_patterns.end(), "*.safetensors") != allow_patterns.end();
   // The exact files the index's weight_map names (one group), from the index at `index_path`.
   auto from_index = [&](const std::string& index_path) -> Status {
     WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path, 256ull << 20, hub_env(o)));
@@ -64,8 +67,10 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
       WL_RETURN_IF_ERROR(check_repo_path(f));
       std::string esc;  // exact names: escape the fnmatch metacharacters
       for (char ch : f) {
-        if (ch == '*' || ch == '?' || ch == '[') esc += std::string("[") + ch + "]";
-        else esc += ch;
+        if (ch == '*' || ch == '?' || ch == '[')
+          esc += std::string("[") + ch + "]";
+        else
+          esc += ch;
       }
       g.push_back(subfolder.empty() ? esc : subfolder + "/" + esc);
     }
@@ -105,8 +110,9 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
 }
 
 Result<std::string> download_weights_from_hf(const std::string& model, const std::vector<std::string>& allow_patterns,
-                                             const std::string& revision, const std::vector<std::string>& ignore_patterns,
-                                             const HubOptions& o, const std::string& subfolder) {
+                                             const std::string& revision,
+                                             const std::vector<std::string>& ignore_patterns, const HubOptions& o,
+                                             const std::string& subfolder) {
   if (allow_patterns.empty()) return Status::InvalidArgument("download_weights_from_hf: no allow patterns");
   if (use_modelscope()) {
     WL_ASSIGN_OR_RETURN(ModelLock lock, ModelLock::acquire(model, o.cache_dir));
@@ -148,17 +154,20 @@ Status download_safetensors_index_file_from_hf(const std::string& model, const s
   return r.status();
 }
 
-Result<std::string> resolve_model_path(const std::string& path_or_repo, const std::string& revision, const HubOptions& o) {
+Result<std::string> resolve_model_path(const std::string& path_or_repo, const std::string& revision,
+                                       const HubOptions& o) {
   // A URL (s3://, gs://, http(s)://) is read where it is: its source reports what is wrong with it.
   if (is_url(path_or_repo) || hub_env(o)->exists(path_or_repo)) return path_or_repo;
   if (path_or_repo.empty() || path_or_repo.front() == '/' || path_or_repo.front() == '.')
     return Status::NotFound("no such file or folder").with_file(path_or_repo);
   Status id = check_repo_id(path_or_repo);
-  if (!id.ok()) return Status::NotFound("no such file or folder, and not a repository id: " + id.message()).with_file(path_or_repo);
+  if (!id.ok())
+    return Status::NotFound("no such file or folder, and not a repository id: " + id.message()).with_file(path_or_repo);
   WL_ASSIGN_OR_RETURN(std::string folder,
                       download_weights_from_hf(path_or_repo, {"*.safetensors", "*.bin", "*.pt"}, revision, {}, o));
   if (use_modelscope()) return folder;
-  WL_RETURN_IF_ERROR(download_safetensors_index_file_from_hf(path_or_repo, std::string(kSafetensorsIndexName), revision, o));
+  WL_RETURN_IF_ERROR(
+      download_safetensors_index_file_from_hf(path_or_repo, std::string(kSafetensorsIndexName), revision, o));
   // Configs ride along (small); a failure here does not hide the weights.
   SnapshotOptions s;
   s.revision = revision;
@@ -178,7 +187,7 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
   Env* env = hub_env(o);
   const char* home = std::getenv("HOME");
   const char* ms_cache = std::getenv("MODELSCOPE_CACHE");
-  const std::string cache = !o.cache_dir.empty()        ? o.cache_dir
+  const std::string cache = !o.cache_dir.empty()      ? o.cache_dir
                             : (ms_cache && *ms_cache) ? std::string(ms_cache)
                                                       : std::string(home ? home : "/root") + "/.cache/modelscope";
   const std::string revision = s.revision.empty() ? "master" : s.revision;
@@ -193,7 +202,8 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
   for (size_t p = legacy_name.find('.'); p != std::string::npos; p = legacy_name.find('.', p + 3))
     legacy_name.replace(p, 1, "___");
   std::string folder = cache + "/models/" + owner + "--" + name + "/snapshots/" + revision;
-  for (const std::string& legacy : {cache + "/models/" + owner + "/" + legacy_name, cache + "/hub/models/" + owner + "/" + legacy_name})
+  for (const std::string& legacy :
+       {cache + "/models/" + owner + "/" + legacy_name, cache + "/hub/models/" + owner + "/" + legacy_name})
     if (has_entries(legacy)) {
       folder = legacy;
       break;
@@ -206,7 +216,9 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
         .with_file(folder);
   }
   const char* dom = std::getenv("MODELSCOPE_DOMAIN");
-  std::string endpoint = !o.endpoint.empty() ? o.endpoint : (dom && *dom) ? std::string(dom) : "https://www.modelscope.cn";
+  std::string endpoint = !o.endpoint.empty() ? o.endpoint
+                         : (dom && *dom)     ? std::string(dom)
+                                             : "https://www.modelscope.cn";
   if (endpoint.find("://") == std::string::npos) endpoint = "https://" + endpoint;
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   HttpClient http(o.http);
@@ -229,7 +241,8 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
   std::vector<MsFile> files;
   try {
     json j = json::parse(r.body);
-    if (j.value("Code", 0) != 200) return Status::NotFound("ModelScope error for " + model_id + ": " + j.value("Message", ""));
+    if (j.value("Code", 0) != 200)
+      return Status::NotFound("ModelScope error for " + model_id + ": " + j.value("Message", ""));
     for (const auto& f : j.at("Data").at("Files")) {
       if (f.value("Type", "blob") == "tree") continue;
       files.push_back({f.at("Path").get<std::string>(), f.value("Sha256", ""), f.value("Size", uint64_t{0})});

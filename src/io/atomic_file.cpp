@@ -41,11 +41,8 @@ Result<AtomicFile> AtomicFile::create(const std::string& final_path, unsigned mo
 }
 
 AtomicFile::AtomicFile(AtomicFile&& o) noexcept
-    : env_(o.env_),
-      final_path_(std::move(o.final_path_)),
-      temp_path_(std::move(o.temp_path_)),
-      file_(std::move(o.file_)),
-      committed_(o.committed_) {
+    : env_(o.env_), final_path_(std::move(o.final_path_)), temp_path_(std::move(o.temp_path_)),
+      file_(std::move(o.file_)), committed_(o.committed_) {
   o.committed_ = true;  // the moved-from object owns nothing to clean up
 }
 

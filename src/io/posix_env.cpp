@@ -111,8 +111,8 @@ double residency(int fd, uint64_t size) {
 Status check_range(const RandomAccessFile& f, uint64_t offset, uint64_t n) {
   uint64_t end = 0;
   if (!checked_add(offset, n, &end) || end > f.size())
-    return Status::OutOfRange(fmt::format("read of {} bytes at offset {} is past the end of the file ({} bytes)", n,
-                                          offset, f.size()))
+    return Status::OutOfRange(
+               fmt::format("read of {} bytes at offset {} is past the end of the file ({} bytes)", n, offset, f.size()))
         .with_file(f.path());
   return Status();
 }
@@ -121,8 +121,7 @@ Status check_range(const RandomAccessFile& f, uint64_t offset, uint64_t n) {
 // `direct_align` (O_DIRECT descriptors): a count that is not a whole number of
 // blocks means the file ended early (it shrank since open); retrying at that
 // unaligned offset would fail with a misleading EINVAL.
-Status pread_full(int fd, const std::string& path, uint64_t offset, std::byte* dst, size_t n,
-                  size_t direct_align = 0) {
+Status pread_full(int fd, const std::string& path, uint64_t offset, std::byte* dst, size_t n, size_t direct_align = 0) {
   while (n > 0) {
     const size_t want = std::min<size_t>(n, size_t{1} << 30);
     ssize_t r = ::pread(fd, dst, want, static_cast<off_t>(offset));
@@ -203,8 +202,8 @@ class DirectFile final : public PosixFile {
         WL_ASSIGN_OR_RETURN(bounce, Buffer::allocate(kBounce, kAlign));
       }
       uint64_t want_end = std::min<uint64_t>(offset + n, start + kBounce);
-      uint64_t len = std::min<uint64_t>((want_end - start + kAlign - 1) & ~uint64_t(kAlign - 1),
-                                        aligned_end_of_file - start);
+      uint64_t len =
+          std::min<uint64_t>((want_end - start + kAlign - 1) & ~uint64_t(kAlign - 1), aligned_end_of_file - start);
       WL_RETURN_IF_ERROR(pread_full(direct_.get(), path_, start, bounce.data(), len, kAlign));
       uint64_t take = std::min<uint64_t>(n, start + len - offset);
       std::memcpy(out, bounce.data() + (offset - start), take);
@@ -289,7 +288,8 @@ class MmapFile final : public PosixFile {
 // A file being written through pwrite(); append() keeps its own position.
 class PosixWritableFile final : public WritableFile {
  public:
-  PosixWritableFile(std::string path, UniqueFd fd, uint64_t pos) : path_(std::move(path)), fd_(std::move(fd)), pos_(pos) {}
+  PosixWritableFile(std::string path, UniqueFd fd, uint64_t pos)
+      : path_(std::move(path)), fd_(std::move(fd)), pos_(pos) {}
   ~PosixWritableFile() override { (void)close(); }
   const std::string& path() const override { return path_; }
   Status append(std::span<const std::byte> data) override {
@@ -305,7 +305,8 @@ class PosixWritableFile final : public WritableFile {
       ssize_t w = ::pwrite(fd_.get(), p, std::min<size_t>(n, size_t{1} << 30), static_cast<off_t>(offset));
       if (w < 0) {
         if (errno == EINTR) continue;
-        return Status::FromErrno(errno, fmt::format("write of {} bytes at offset {} failed", n, offset)).with_file(path_);
+        return Status::FromErrno(errno, fmt::format("write of {} bytes at offset {} failed", n, offset))
+            .with_file(path_);
       }
       if (w == 0) return Status::IoError(fmt::format("write at offset {} made no progress", offset)).with_file(path_);
       p += w;
@@ -323,7 +324,8 @@ class PosixWritableFile final : public WritableFile {
   }
   Result<uint64_t> size() const override {
     struct stat st {};
-    if (!fd_ || ::fstat(fd_.get(), &st) != 0) return Status::FromErrno(fd_ ? errno : EBADF, "cannot stat").with_file(path_);
+    if (!fd_ || ::fstat(fd_.get(), &st) != 0)
+      return Status::FromErrno(fd_ ? errno : EBADF, "cannot stat").with_file(path_);
     return static_cast<uint64_t>(st.st_size);
   }
   Status sync() override {
@@ -533,13 +535,13 @@ Result<std::unique_ptr<FileLock>> Env::open_lock(const std::string& path, unsign
   return Status::Unimplemented("this source cannot lock files").with_file(path);
 }
 
-
 std::string_view url_scheme(std::string_view path) {
   size_t p = path.find("://");
   if (p == std::string_view::npos || p == 0) return {};
   for (size_t i = 0; i < p; ++i) {
     char c = path[i];
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+              (i > 0 && ((c >= '0' && c <= '9') || c == '+' || c == '-' || c == '.'));
     if (!ok) return {};
   }
   return path.substr(0, p);

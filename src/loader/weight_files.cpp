@@ -6,7 +6,6 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-
 namespace wl {
 
 bool natural_less(std::string_view a, std::string_view b) {
@@ -78,12 +77,15 @@ Result<std::vector<std::string>> filter_duplicate_safetensors_files(const std::v
   std::string text(index_file->size(), '\0');
   WL_RETURN_IF_ERROR(index_file->read_at(0, std::as_writable_bytes(std::span(text.data(), text.size()))));
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object()) return Status::Corrupt("index is not a JSON object").with_file(index_path);
+  if (doc.is_discarded() || !doc.is_object())
+    return Status::Corrupt("index is not a JSON object").with_file(index_path);
   auto wm = doc.find("weight_map");
-  if (wm == doc.end() || !wm->is_object()) return Status::Corrupt("index has no weight_map object").with_file(index_path);
+  if (wm == doc.end() || !wm->is_object())
+    return Status::Corrupt("index has no weight_map object").with_file(index_path);
   std::set<std::string> wanted;
   for (auto& [name, f] : wm->items()) {
-    if (!f.is_string()) return Status::Corrupt(fmt::format("weight_map entry '{}' is not a string", name)).with_file(index_path);
+    if (!f.is_string())
+      return Status::Corrupt(fmt::format("weight_map entry '{}' is not a string", name)).with_file(index_path);
     const std::string& rel = f.get_ref<const std::string&>();
     if (rel.empty() || rel.front() == '/' || rel.find("..") != std::string::npos)
       return Status::Corrupt(fmt::format("weight_map entry '{}' names an unsafe path '{}'", name, rel))
@@ -133,8 +135,11 @@ Result<WeightFiles> find_weight_files(const std::string& path, Env* env) {
     if (!env->exists(path) && is_url(path)) return missing_url(path, env);
     if (!env->exists(path)) return Status::NotFound("no such file or directory").with_file(path);
     wf.files = {path};
-    if (std::string_view(path).ends_with(".bin") || std::string_view(path).ends_with(".pt") || std::string_view(path).ends_with(".pth")) wf.format = WeightFormat::kPytorch;
-    else if (std::string_view(path).ends_with(".npy")) wf.format = WeightFormat::kNumpy;
+    if (std::string_view(path).ends_with(".bin") || std::string_view(path).ends_with(".pt") ||
+        std::string_view(path).ends_with(".pth"))
+      wf.format = WeightFormat::kPytorch;
+    else if (std::string_view(path).ends_with(".npy"))
+      wf.format = WeightFormat::kNumpy;
     return wf;
   }
   WL_ASSIGN_OR_RETURN(auto entries, env->list_dir(path));
@@ -151,7 +156,8 @@ Result<WeightFiles> find_weight_files(const std::string& path, Env* env) {
     }
     hits = filter_files_not_needed_for_inference(hits);
     if (hits.empty() && fmt_ == WeightFormat::kSafetensors)  // the reference stops at safetensors too
-      return Status::NotFound(fmt::format("{} names none of the *.safetensors files in the folder", kSafetensorsIndexName))
+      return Status::NotFound(
+                 fmt::format("{} names none of the *.safetensors files in the folder", kSafetensorsIndexName))
           .with_file(path);
     if (hits.empty()) continue;
     natural_sort(hits);

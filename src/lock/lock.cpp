@@ -18,7 +18,7 @@ namespace wl {
 namespace {
 
 bool usable_dir(const std::string& dir) {
-  struct stat st{};
+  struct stat st {};
   return ::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode) && ::access(dir.c_str(), W_OK | X_OK) == 0;
 }
 
@@ -81,8 +81,10 @@ Result<bool> CrossProcessLock::try_acquire() {
   }
   WL_RETURN_IF_ERROR(open_file());
   auto got = file_->try_lock();
-  if (!got.ok()) file_.reset();
-  else if (*got) count_ = 1;
+  if (!got.ok())
+    file_.reset();
+  else if (*got)
+    count_ = 1;
   return got;
 }
 
@@ -142,7 +144,8 @@ Status atomic_write(const std::string& path, const std::function<Status(AtomicWr
 }
 
 Status atomic_write_bytes(const std::string& path, std::span<const std::byte> data, unsigned mode) {
-  return atomic_write(path, [&](AtomicWriter& w) { return w.write(data); }, mode);
+  return atomic_write(
+      path, [&](AtomicWriter& w) { return w.write(data); }, mode);
 }
 
 }  // namespace wl

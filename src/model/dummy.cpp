@@ -4,8 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <thread>
 #include <memory>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -173,8 +173,8 @@ Status fill_dummy(DType dtype, std::span<std::byte> bytes, uint64_t numel, const
   if (!fill) return Status();  // integer, bool and complex tensors stay as they are
   auto need = dtype_nbytes(dtype, numel);
   if (!need || *need > bytes.size())
-    return Status::OutOfRange(fmt::format("a buffer of {} bytes cannot hold {} elements of {}", bytes.size(), numel,
-                                          dtype_name(dtype)));
+    return Status::OutOfRange(
+        fmt::format("a buffer of {} bytes cannot hold {} elements of {}", bytes.size(), numel, dtype_name(dtype)));
   const int kind = fill->kind;
   const dummy::Params& p = fill->params;
   unsigned hw = std::max(1u, std::thread::hardware_concurrency());

@@ -34,7 +34,10 @@ WL_HD U4 philox4x32_full(U4 ctr, uint32_t key0, uint32_t key1) {
     mulhilo(0xD2511F53u, c0, &hi0, &lo0);
     mulhilo(0xCD9E8D57u, c2, &hi1, &lo1);
     uint32_t n0 = hi1 ^ c1 ^ k0, n1 = lo1, n2 = hi0 ^ c3 ^ k1, n3 = lo0;
-    c0 = n0; c1 = n1; c2 = n2; c3 = n3;
+    c0 = n0;
+    c1 = n1;
+    c2 = n2;
+    c3 = n3;
     k0 += 0x9E3779B9u;
     k1 += 0xBB67AE85u;
   }
@@ -125,8 +128,8 @@ WL_HD uint16_t f32_to_f16(float f) {
   uint32_t ax = x & 0x7FFFFFFFu;
   if (ax >= 0x7F800000u) return static_cast<uint16_t>(sign | (ax > 0x7F800000u ? 0x7E00u : 0x7C00u));
   if (ax >= 0x477FF000u) return static_cast<uint16_t>(sign | 0x7C00u);  // rounds to >= 65520: inf
-  if (ax < 0x38800000u) {  // below 2^-14: half subnormal (or zero)
-    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);  // < 2^-25 rounds to 0 (tie at 2^-25 -> even 0)
+  if (ax < 0x38800000u) {                                               // below 2^-14: half subnormal (or zero)
+    if (ax < 0x33000000u) return static_cast<uint16_t>(sign);           // < 2^-25 rounds to 0 (tie at 2^-25 -> even 0)
     uint32_t e = ax >> 23;
     uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
     uint32_t shift = 126 - e;  // value = m * 2^(e-150); subnormal unit 2^-24
@@ -180,9 +183,10 @@ WL_HD uint8_t f32_to_e4m3(float f) {
   uint32_t x = f32_bits(f);
   uint8_t sign = static_cast<uint8_t>((x >> 24) & 0x80u);
   uint32_t ax = x & 0x7FFFFFFFu;
-  if (ax >= 0x43F00000u) return static_cast<uint8_t>(sign | 0x7Fu);  // >= 480 (or inf/NaN); (464, 480) rounds to 0x7F below
-  if (ax < 0x3C800000u) {  // below 2^-6: subnormal unit 2^-9
-    if (ax < 0x3A000000u) return sign;  // < 2^-11 (half the unit... and the tie) -> 0
+  if (ax >= 0x43F00000u)
+    return static_cast<uint8_t>(sign | 0x7Fu);  // >= 480 (or inf/NaN); (464, 480) rounds to 0x7F below
+  if (ax < 0x3C800000u) {                       // below 2^-6: subnormal unit 2^-9
+    if (ax < 0x3A000000u) return sign;          // < 2^-11 (half the unit... and the tie) -> 0
     uint32_t e = ax >> 23;
     uint32_t m = (ax & 0x7FFFFFu) | 0x800000u;
     uint32_t shift = 141 - e;  // value = m * 2^(e-150), unit 2^-9
@@ -200,7 +204,7 @@ enum Kind : int { kF32 = 0, kF16 = 1, kBF16 = 2, kE4M3 = 3, kE5M2 = 4, kF64 = 5 
 
 struct Params {
   float low32, range32, high32;
-  uint16_t low16;   // low as the 16-bit code of the kind (F16 for the fp8 kinds)
+  uint16_t low16;  // low as the 16-bit code of the kind (F16 for the fp8 kinds)
   double low64, range64, high64;
   uint64_t seed;
 };

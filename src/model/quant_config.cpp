@@ -78,12 +78,12 @@ std::string join_path(const std::string& dir, const std::string& name) {
 
 // The folder holding the model's JSON files: the model itself when it is a
 // local folder, else the downloader's snapshot (fetched under the model lock).
-Result<std::string> json_folder(const std::string& model, const std::string& revision,
-                                const std::string& download_dir, const JsonDownloader& download) {
+Result<std::string> json_folder(const std::string& model, const std::string& revision, const std::string& download_dir,
+                                const JsonDownloader& download) {
   if (Env::Default()->is_directory(model)) return model;
   if (!download)
-    return Status::NotFound(fmt::format(
-        "'{}' is not a local folder, and no downloader is configured to fetch its *.json files", model));
+    return Status::NotFound(
+        fmt::format("'{}' is not a local folder, and no downloader is configured to fetch its *.json files", model));
   CrossProcessLock lock = get_lock(model, download_dir);
   WL_ASSIGN_OR_RETURN(LockGuard guard, LockGuard::make(lock));
   return download(model, revision, "*.json", download_dir);
@@ -154,8 +154,7 @@ Result<json> parse_argument(const std::string& text, const char* what) {
 }
 
 Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const QuantConfigInputs& in) {
-  if (rq.quantization.empty())
-    return Status::InvalidArgument("the model's quantization method is not specified");
+  if (rq.quantization.empty()) return Status::InvalidArgument("the model's quantization method is not specified");
   WL_ASSIGN_OR_RETURN(std::vector<std::string> filenames, quant_config_filenames(rq.quantization));
 
   // The folder is fetched at most once (config.json and the lookup share it).
@@ -199,8 +198,8 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
 
   if (hf_quant) {
     if (!hf_quant->is_object())
-      return Status::InvalidArgument(fmt::format("the {} of the model config is not a JSON object",
-                                                 quant_config_source_name(out.source)))
+      return Status::InvalidArgument(
+                 fmt::format("the {} of the model config is not a JSON object", quant_config_source_name(out.source)))
           .with_file(config_path);
     json q = *hf_quant;
     // compressed-tensors: pass the head counts for TP-aware attention-scale loading.
@@ -226,8 +225,7 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
   if (const json* file = attr(&in.hf_overrides, "quantization_config_file")) {
     if (!has_from_config_file(rq.quantization))
       return Status::Unimplemented(fmt::format(
-          "hf_overrides sets quantization_config_file, but the {} method cannot read a config file",
-          rq.quantization));
+          "hf_overrides sets quantization_config_file, but the {} method cannot read a config file", rq.quantization));
     if (!file->is_string())
       return Status::InvalidArgument("hf_overrides.quantization_config_file must be a path string");
     std::string path = file->get<std::string>();
@@ -239,9 +237,9 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
   }
   if (const json* text = attr(&in.hf_overrides, "quantization_config_dict_json")) {
     if (!has_from_config_file(rq.quantization))
-      return Status::Unimplemented(fmt::format(
-          "hf_overrides sets quantization_config_dict_json, but the {} method cannot read a config dict",
-          rq.quantization));
+      return Status::Unimplemented(
+          fmt::format("hf_overrides sets quantization_config_dict_json, but the {} method cannot read a config dict",
+                      rq.quantization));
     if (!text->is_string())
       return Status::InvalidArgument("hf_overrides.quantization_config_dict_json must be a JSON string");
     WL_ASSIGN_OR_RETURN(json parsed,
@@ -295,8 +293,9 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
     const json* producer = config.is_object() ? attr(&config, "producer") : nullptr;
     const json* name = producer && producer->is_object() ? attr(producer, "name") : nullptr;
     if (!(name && *name == "modelopt"))
-      return Status::InvalidArgument(fmt::format(
-                 "unsupported quantization config found for {}: producer.name is not \"modelopt\"", rq.quantization))
+      return Status::InvalidArgument(
+                 fmt::format("unsupported quantization config found for {}: producer.name is not \"modelopt\"",
+                             rq.quantization))
           .with_file(path);
   }
   out.config = std::move(config);

@@ -2,11 +2,11 @@
 #include "weightlift/remap.h"
 
 #include <array>
-#include <memory>
-#include <vector>
 #include <cstdio>
+#include <memory>
 #include <mutex>
 #include <set>
+#include <vector>
 
 #include <re2/re2.h>
 
@@ -45,8 +45,8 @@ std::string replace_all(std::string_view s, std::string_view from, std::string_v
 
 struct ScalePattern {
   std::unique_ptr<RE2> re;
-  std::string rewrite;      // RE2 rewrite (\1, \2)
-  bool uses_attn_str;       // the ModelOpt pattern takes the MLA attention name
+  std::string rewrite;  // RE2 rewrite (\1, \2)
+  bool uses_attn_str;   // the ModelOpt pattern takes the MLA attention name
 };
 
 const std::vector<ScalePattern>& scale_patterns() {
@@ -68,13 +68,13 @@ const std::vector<ScalePattern>& scale_patterns() {
   return patterns;
 }
 
-constexpr std::array<std::string_view, 9> kScaleSuffixes = {
-    ".k_scale", ".v_scale", ".q_scale", ".k_zero_point", ".v_zero_point", ".q_zero_point",
-    ".q.scale", ".k_cache.scale", ".v_cache.scale"};
+constexpr std::array<std::string_view, 9> kScaleSuffixes = {".k_scale",      ".v_scale",       ".q_scale",
+                                                            ".k_zero_point", ".v_zero_point",  ".q_zero_point",
+                                                            ".q.scale",      ".k_cache.scale", ".v_cache.scale"};
 
 constexpr std::array<std::string_view, 18> kExpertSuffixes = {
-    "w13_weight",  "w2_weight",  "w13_weight_scale", "w2_weight_scale", "w13_input_scale", "w2_input_scale",
-    "w13_bias",    "w2_bias",    "w13_scale",        "w2_scale",        "w13_g_idx",       "w2_g_idx",
+    "w13_weight",  "w2_weight",  "w13_weight_scale", "w2_weight_scale", "w13_input_scale",  "w2_input_scale",
+    "w13_bias",    "w2_bias",    "w13_scale",        "w2_scale",        "w13_g_idx",        "w2_g_idx",
     "w13_qweight", "w2_qweight", "w13_qzeros",       "w2_qzeros",       "w13_weight_shape", "w2_weight_shape"};
 
 }  // namespace
@@ -131,8 +131,8 @@ std::optional<std::string> maybe_remap_kv_scale_name(std::string_view name, cons
     RE2::Replace(&remapped, *p.re, p.uses_attn_str ? modelopt_rewrite : p.rewrite);
     if (!params.contains(remapped)) {
       std::string scale_type = n.substr(n.rfind('.') + 1);
-      emit(warn, "found " + scale_type + " in the checkpoint (e.g. " + n +
-                     ") but the model has no parameter " + remapped + "; " + scale_type + " is not loaded");
+      emit(warn, "found " + scale_type + " in the checkpoint (e.g. " + n + ") but the model has no parameter " +
+                     remapped + "; " + scale_type + " is not loaded");
       return std::nullopt;
     }
     return remapped;

@@ -58,7 +58,9 @@ Result<NpCacheResult> np_cache_prepare(const std::vector<std::string>& weight_fi
       for (size_t i = 0; i < ck->tensors().size(); ++i) {
         const std::string& name = ck->tensors()[i].name;
         if (!plain_file_name(name))
-          return Status::InvalidArgument("tensor name cannot be a NumPy cache file name").with_file(f).with_tensor(name);
+          return Status::InvalidArgument("tensor name cannot be a NumPy cache file name")
+              .with_file(f)
+              .with_tensor(name);
         WL_ASSIGN_OR_RETURN(TensorView v, ck->view(i));
         WL_RETURN_IF_ERROR(write_npy((fs::path(res.np_folder) / name).string(), v, env), .tensor = name);
         names.push_back(name);

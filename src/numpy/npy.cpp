@@ -21,10 +21,9 @@ struct Descr {
   DType dtype;
 };
 const Descr kDescrs[] = {
-    {'b', 1, DType::BOOL}, {'i', 1, DType::I8},   {'i', 2, DType::I16},  {'i', 4, DType::I32},
-    {'i', 8, DType::I64},  {'u', 1, DType::U8},   {'u', 2, DType::U16},  {'u', 4, DType::U32},
-    {'u', 8, DType::U64},  {'f', 2, DType::F16},  {'f', 4, DType::F32},  {'f', 8, DType::F64},
-    {'c', 8, DType::C64},  {'c', 16, DType::C128},
+    {'b', 1, DType::BOOL}, {'i', 1, DType::I8},  {'i', 2, DType::I16}, {'i', 4, DType::I32},   {'i', 8, DType::I64},
+    {'u', 1, DType::U8},   {'u', 2, DType::U16}, {'u', 4, DType::U32}, {'u', 8, DType::U64},   {'f', 2, DType::F16},
+    {'f', 4, DType::F32},  {'f', 8, DType::F64}, {'c', 8, DType::C64}, {'c', 16, DType::C128},
 };
 
 size_t swap_unit(DType t) {
@@ -105,7 +104,8 @@ Result<NpyHeader> parse_npy_header(std::string_view head, uint64_t file_size, st
     hlen = b(8) | (b(9) << 8) | (b(10) << 16) | (b(11) << 24);
     prefix = 12;
   } else {
-    return Status::Unimplemented(fmt::format("npy: format version {}.{} is not supported", h.major, h.minor)).with_file(file);
+    return Status::Unimplemented(fmt::format("npy: format version {}.{} is not supported", h.major, h.minor))
+        .with_file(file);
   }
   if (hlen > kMaxHeader) return corrupt(file, fmt::format("header of {} bytes is too large", hlen));
   if (prefix + hlen > head.size() || prefix + hlen > file_size)
@@ -119,13 +119,15 @@ Result<NpyHeader> parse_npy_header(std::string_view head, uint64_t file_size, st
     std::string key;
     if (!p.str(&key) || !p.eat(':')) return corrupt(file, "malformed header dict");
     if (key == "descr") {
-      if (!p.str(&descr))
-        return Status::Unimplemented("npy: structured dtypes are not supported").with_file(file);
+      if (!p.str(&descr)) return Status::Unimplemented("npy: structured dtypes are not supported").with_file(file);
       have_descr = true;
     } else if (key == "fortran_order") {
-      if (p.word("True")) h.fortran_order = true;
-      else if (p.word("False")) h.fortran_order = false;
-      else return corrupt(file, "fortran_order is not True or False");
+      if (p.word("True"))
+        h.fortran_order = true;
+      else if (p.word("False"))
+        h.fortran_order = false;
+      else
+        return corrupt(file, "fortran_order is not True or False");
       have_order = true;
     } else if (key == "shape") {
       if (!p.eat('(')) return corrupt(file, "shape is not a tuple");
@@ -156,7 +158,8 @@ Result<NpyHeader> parse_npy_header(std::string_view head, uint64_t file_size, st
   char kind = descr[1];
   int size = 0;
   for (size_t k = 2; k < descr.size(); ++k) {
-    if (descr[k] < '0' || descr[k] > '9' || size > 1000) return Status::Unimplemented(fmt::format("npy: dtype '{}' is not supported", descr)).with_file(file);
+    if (descr[k] < '0' || descr[k] > '9' || size > 1000)
+      return Status::Unimplemented(fmt::format("npy: dtype '{}' is not supported", descr)).with_file(file);
     size = size * 10 + (descr[k] - '0');
   }
   bool found = false;
@@ -174,7 +177,8 @@ Result<NpyHeader> parse_npy_header(std::string_view head, uint64_t file_size, st
   h.data_offset = prefix + hlen;
   if (h.nbytes > file_size - h.data_offset)
     return corrupt(file, fmt::format("array of shape {} needs {} bytes but the file holds {} after the header "
-                                     "(truncated?)", shape_to_string(h.shape), h.nbytes, file_size - h.data_offset));
+                                     "(truncated?)",
+                                     shape_to_string(h.shape), h.nbytes, file_size - h.data_offset));
   return h;
 }
 
@@ -183,10 +187,12 @@ Result<NpyHeader> read_npy_header(const RandomAccessFile& f) {
   std::string head(n, '\0');
   WL_RETURN_IF_ERROR(f.read_at(0, std::as_writable_bytes(std::span(head.data(), head.size()))));
   if (n < 10 || head.substr(0, 6) != "\x93NUMPY") return corrupt(f.path(), "missing the \\x93NUMPY magic");
-  uint64_t hlen = static_cast<unsigned char>(head[8]) | (static_cast<unsigned>(static_cast<unsigned char>(head[9])) << 8);
+  uint64_t hlen =
+      static_cast<unsigned char>(head[8]) | (static_cast<unsigned>(static_cast<unsigned char>(head[9])) << 8);
   uint64_t prefix = 10;
   if (head[6] != 1 && n >= 12) {
-    hlen |= (uint64_t{static_cast<unsigned char>(head[10])} << 16) | (uint64_t{static_cast<unsigned char>(head[11])} << 24);
+    hlen |=
+        (uint64_t{static_cast<unsigned char>(head[10])} << 16) | (uint64_t{static_cast<unsigned char>(head[11])} << 24);
     prefix = 12;
   }
   uint64_t want = std::min<uint64_t>(f.size(), prefix + std::min(hlen, kMaxHeader + 1));
@@ -216,7 +222,8 @@ Status materialize(const RandomAccessFile& f, const NpyHeader& h, std::span<std:
   }
   if (h.big_endian) {
     size_t u = swap_unit(h.dtype);
-    for (size_t i = 0; i + u <= dst.size(); i += u) std::reverse(dst.begin() + static_cast<ptrdiff_t>(i), dst.begin() + static_cast<ptrdiff_t>(i + u));
+    for (size_t i = 0; i + u <= dst.size(); i += u)
+      std::reverse(dst.begin() + static_cast<ptrdiff_t>(i), dst.begin() + static_cast<ptrdiff_t>(i + u));
   }
   return Status();
 }
@@ -299,8 +306,10 @@ Result<std::string> serialize_npy(const TensorView& t) {
     return Status::Unimplemented(fmt::format("NumPy has no {} dtype; cannot write it to .npy", dtype_name(t.dtype())));
   std::string shape;
   for (size_t k = 0; k < t.shape().size(); ++k) shape += fmt::format("{}, ", t.shape()[k]);
-  if (t.shape().size() > 1) shape.resize(shape.size() - 2);
-  else if (t.shape().size() == 1) shape.pop_back();
+  if (t.shape().size() > 1)
+    shape.resize(shape.size() - 2);
+  else if (t.shape().size() == 1)
+    shape.pop_back();
   std::string dict = fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': ({}), }}", descr, shape);
   // Pad with spaces and a final newline so that the data starts on a 64-byte boundary.
   size_t prefix = dict.size() + 1 + 10 > 65535 ? 12 : 10;

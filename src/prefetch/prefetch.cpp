@@ -73,7 +73,8 @@ Status prefetch_impl(const std::vector<std::string>& files, const PrefetchOption
 }
 
 Status check_options(const PrefetchOptions& o) {
-  if (o.threads < 1) return Status::InvalidArgument(fmt::format("prefetch num threads must be >= 1 (got {})", o.threads));
+  if (o.threads < 1)
+    return Status::InvalidArgument(fmt::format("prefetch num threads must be >= 1 (got {})", o.threads));
   if (o.block_size < 1) return Status::InvalidArgument("prefetch block size must be >= 1 byte");
   if (o.block_size > (uint64_t{1} << 30)) return Status::InvalidArgument("prefetch block size is above 1 GiB");
   if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
@@ -108,15 +109,20 @@ AutoDecision decide_prefetch(std::string fstype, uint64_t checkpoint_bytes, uint
     d.prefetch = true;
     d.warn = !fits;
     d.reason = fits ? fmt::format("prefetch ({})", facts)
-                    : fmt::format("prefetch requested although the checkpoint exceeds 90% of available RAM ({}): "
-                                  "this may run out of memory", facts);
+                    : fmt::format(
+                          "prefetch requested although the checkpoint exceeds 90% of available RAM ({}): "
+                          "this may run out of memory",
+                          facts);
     return d;
   }
   d.prefetch = net && fits;
   d.warn = net && !fits;
-  if (d.prefetch) d.reason = fmt::format("auto: prefetch ({}: network filesystem and it fits in 90% of RAM)", facts);
-  else if (net) d.reason = fmt::format("auto: lazy ({}: network filesystem but the checkpoint exceeds 90% of RAM)", facts);
-  else d.reason = fmt::format("auto: lazy ({}: not a network filesystem; request prefetch explicitly to force it)", facts);
+  if (d.prefetch)
+    d.reason = fmt::format("auto: prefetch ({}: network filesystem and it fits in 90% of RAM)", facts);
+  else if (net)
+    d.reason = fmt::format("auto: lazy ({}: network filesystem but the checkpoint exceeds 90% of RAM)", facts);
+  else
+    d.reason = fmt::format("auto: lazy ({}: not a network filesystem; request prefetch explicitly to force it)", facts);
   return d;
 }
 

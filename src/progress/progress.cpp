@@ -43,8 +43,7 @@ void ProgressBar::update(uint64_t done) {
   if (pct == last_pct_) return;
   auto now = std::chrono::steady_clock::now();
   // A line per 10% step, per second of slow progress, and at 100%.
-  bool step = last_pct_ < 0 || pct / 10 != last_pct_ / 10 || pct == 100 ||
-              now - last_line_ >= std::chrono::seconds(1);
+  bool step = last_pct_ < 0 || pct / 10 != last_pct_ / 10 || pct == 100 || now - last_line_ >= std::chrono::seconds(1);
   if (!step) return;
   last_pct_ = pct;
   last_line_ = now;

@@ -128,7 +128,8 @@ Result<S3Url> parse_s3_url(std::string_view url) {
   std::string_view key = slash == std::string_view::npos ? std::string_view() : rest.substr(slash + 1);
   if (bucket.empty()) return Status::InvalidArgument("the URL names no bucket").with_file(url);
   if (bucket.size() > 222)
-    return Status::InvalidArgument(fmt::format("bucket name of {} characters is too long", bucket.size())).with_file(url);
+    return Status::InvalidArgument(fmt::format("bucket name of {} characters is too long", bucket.size()))
+        .with_file(url);
   for (char c : bucket) {
     if (!(std::islower(static_cast<unsigned char>(c)) || std::isdigit(static_cast<unsigned char>(c)) || c == '-' ||
           c == '.' || c == '_'))
@@ -251,8 +252,8 @@ Result<S3Config> resolve_s3_config(std::string_view scheme, const EnvLookup& env
       std::string fid = from(sec, "aws_access_key_id"), fsecret = from(sec, "aws_secret_access_key");
       if (fid.empty() && fsecret.empty()) continue;
       if (fid.empty() || fsecret.empty())
-        return Status::InvalidArgument(
-            fmt::format("profile '{}' in {} has only one of aws_access_key_id and aws_secret_access_key", profile, path));
+        return Status::InvalidArgument(fmt::format(
+            "profile '{}' in {} has only one of aws_access_key_id and aws_secret_access_key", profile, path));
       c.credentials = S3Credentials{fid, fsecret, from(sec, "aws_session_token")};
       c.credentials_source = fmt::format("profile '{}' in {}", profile, path);
       break;
@@ -262,8 +263,8 @@ Result<S3Config> resolve_s3_config(std::string_view scheme, const EnvLookup& env
     return Status::PermissionDenied(
         "no credentials for s3://: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or AWS_PROFILE with "
         "~/.aws/credentials, or AWS_NO_SIGN_REQUEST=1 for a public bucket");
-  for (const std::string* v : {&c.credentials->access_key_id, &c.credentials->secret_access_key,
-                               &c.credentials->session_token})
+  for (const std::string* v :
+       {&c.credentials->access_key_id, &c.credentials->secret_access_key, &c.credentials->session_token})
     if (v->find_first_of("\r\n") != std::string::npos)
       return Status::InvalidArgument("the credentials (from " + c.credentials_source + ") hold a line break");
   return c;

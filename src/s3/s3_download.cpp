@@ -10,12 +10,12 @@
 
 #include <fmt/format.h>
 
+#include "s3/s3_names.h"
+#include "util/checked.h"
 #include "weightlift/glob.h"
 #include "weightlift/s3.h"
 #include "weightlift/tensor.h"
 #include "weightlift/weight_files.h"
-#include "s3/s3_names.h"
-#include "util/checked.h"
 
 namespace wl {
 
@@ -89,8 +89,8 @@ Status walk(Env* env, const std::string& source, const std::string& rel, int dep
   WL_ASSIGN_OR_RETURN(auto entries, env->list_dir(here));
   for (const auto& e : entries) {
     if (++seen > max_entries)
-      return Status::OutOfRange(fmt::format("more than {} entries below the source (WEIGHTLIFT_LIST_MAX_ENTRIES)",
-                                            max_entries))
+      return Status::OutOfRange(
+                 fmt::format("more than {} entries below the source (WEIGHTLIFT_LIST_MAX_ENTRIES)", max_entries))
           .with_file(source);
     const std::string r = rel.empty() ? e.name : rel + "/" + e.name;
     WL_RETURN_IF_ERROR(check_relative_name(r, source));
@@ -150,8 +150,10 @@ Result<ModelDownloadResult> download_model_files_impl(const std::string& source,
       if (std::find(names.begin(), names.end(), rel) != names.end()) continue;
       bool want = rel == kSafetensorsIndexName;
       for (const auto& p : model_config_patterns()) want = want || (o.configs && glob_match(p, base_name(rel)));
-      if (want) names.push_back(rel);
-      else r.left_out.push_back(rel);
+      if (want)
+        names.push_back(rel);
+      else
+        r.left_out.push_back(rel);
     }
   }
   std::vector<std::string> from;

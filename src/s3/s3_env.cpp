@@ -51,10 +51,11 @@ Status s3_status(const HttpResponse& r, const std::string& name, const S3Config&
   switch (r.status) {
     case 401:
     case 403: {
-      std::string how = c.anonymous                  ? "an unsigned (anonymous) request"
-                        : !c.bearer_token.empty()    ? "a request with " + c.credentials_source
-                                                     : "a request signed with keys from " + c.credentials_source;
-      return Status::PermissionDenied(fmt::format("access denied ({}); {} to {}", detail, how, c.endpoint)).with_file(name);
+      std::string how = c.anonymous               ? "an unsigned (anonymous) request"
+                        : !c.bearer_token.empty() ? "a request with " + c.credentials_source
+                                                  : "a request signed with keys from " + c.credentials_source;
+      return Status::PermissionDenied(fmt::format("access denied ({}); {} to {}", detail, how, c.endpoint))
+          .with_file(name);
     }
     case 404:
       if (code == "NoSuchBucket") return Status::NotFound(fmt::format("no such bucket ({})", detail)).with_file(name);
@@ -164,8 +165,8 @@ class S3Env final : public Env {
     int empty = 0;      // empty truncated pages in a row
     for (uint64_t pages = 0;; ++pages) {
       if (pages >= lim.max_list_pages)
-        return Status::OutOfRange(fmt::format("listing did not end after {} pages (WEIGHTLIFT_LIST_MAX_PAGES)",
-                                              lim.max_list_pages))
+        return Status::OutOfRange(
+                   fmt::format("listing did not end after {} pages (WEIGHTLIFT_LIST_MAX_PAGES)", lim.max_list_pages))
             .with_file(path);
       WL_ASSIGN_OR_RETURN(s3::ListPage page, list_page(path, token, 0));
       seen += page.objects.size() + page.prefixes.size();
@@ -199,8 +200,8 @@ class S3Env final : public Env {
       if (!page.truncated) break;
       empty = page.objects.empty() && page.prefixes.empty() ? empty + 1 : 0;
       if (empty >= kMaxEmptyPages)
-        return Status::Corrupt(fmt::format("listing sent {} empty pages in a row, each claiming more (IsTruncated)",
-                                           empty))
+        return Status::Corrupt(
+                   fmt::format("listing sent {} empty pages in a row, each claiming more (IsTruncated)", empty))
             .with_file(path);
       if (!tokens.insert(page.next_token).second)
         return Status::Corrupt(fmt::format("listing repeats a continuation token after {} pages", pages + 1))
@@ -218,18 +219,18 @@ class S3Env final : public Env {
   Result<S3Url> url_of(const std::string& path) const {
     WL_ASSIGN_OR_RETURN(S3Url u, parse_s3_url(path));
     if (u.scheme != scheme_)
-      return Status::InvalidArgument(fmt::format("a {}:// URL sent to the {}:// source", u.scheme, scheme_)).with_file(path);
+      return Status::InvalidArgument(fmt::format("a {}:// URL sent to the {}:// source", u.scheme, scheme_))
+          .with_file(path);
     return u;
   }
 
-  static std::string prefix_of(const S3Url& u) {
-    return u.key.empty() || u.key.back() == '/' ? u.key : u.key + "/";
-  }
+  static std::string prefix_of(const S3Url& u) { return u.key.empty() || u.key.back() == '/' ? u.key : u.key + "/"; }
 
   Result<s3::ListPage> list_page(const std::string& path, const std::string& token, int max_keys) {
     WL_ASSIGN_OR_RETURN(S3Url u, url_of(path));
     WL_ASSIGN_OR_RETURN(Resolved r, resolved());
-    std::vector<std::pair<std::string, std::string>> q = {{"list-type", "2"}, {"delimiter", "/"}, {"prefix", prefix_of(u)}};
+    std::vector<std::pair<std::string, std::string>> q = {
+        {"list-type", "2"}, {"delimiter", "/"}, {"prefix", prefix_of(u)}};
     if (!token.empty()) q.emplace_back("continuation-token", token);
     if (max_keys > 0) q.emplace_back("max-keys", std::to_string(max_keys));
     S3Url bucket{u.scheme, u.bucket, ""};

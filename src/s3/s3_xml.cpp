@@ -19,8 +19,10 @@ std::string_view text_of(const XMLElement* e) {
 
 // Values that are not names (booleans, sizes, codes) may be pretty-printed.
 std::string_view trimmed(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\r' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\n' || s.front() == '\r' || s.front() == '\t'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -81,7 +83,8 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
   if (!parse_doc(doc, xml)) return corrupt(where, fmt::format("not XML ({})", doc.ErrorName()));
   const XMLElement* root = doc.RootElement();
   if (!root || std::string_view(root->Name()) != "ListBucketResult")
-    return corrupt(where, fmt::format("root element is '{}', not ListBucketResult", root ? printable(root->Name(), 64) : ""));
+    return corrupt(where,
+                   fmt::format("root element is '{}', not ListBucketResult", root ? printable(root->Name(), 64) : ""));
   ListPage page;
   size_t entries = 0;
   // Keys and prefixes as the server encoded them (we never ask for an encoding, some servers send one).
@@ -92,7 +95,8 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
       return Status();
     }
     auto d = url_decode(raw);
-    if (!d) return corrupt(where, fmt::format("key '{}' is not valid URL encoding (EncodingType url)", printable(raw, 128)));
+    if (!d)
+      return corrupt(where, fmt::format("key '{}' is not valid URL encoding (EncodingType url)", printable(raw, 128)));
     *out = std::move(*d);
     return Status();
   };
@@ -118,13 +122,15 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
       if (raw.empty()) {  // name what there is rather than drop the entry
         tinyxml2::XMLPrinter pr(nullptr, /*compact=*/true);
         e->Accept(&pr);
-        return corrupt(where, fmt::format("entry {} of the page has no readable Key: {}", entries,
-                                          printable(std::string_view(pr.CStr(), pr.CStrSize() ? pr.CStrSize() - 1 : 0), 200)));
+        return corrupt(where,
+                       fmt::format("entry {} of the page has no readable Key: {}", entries,
+                                   printable(std::string_view(pr.CStr(), pr.CStrSize() ? pr.CStrSize() - 1 : 0), 200)));
       }
       std::string key;
       WL_RETURN_IF_ERROR(decoded(raw, &key));
       if (key.size() > kMaxKeyBytes) return corrupt(where, fmt::format("a key of {} bytes", key.size()));
-      if (has_control(key)) return corrupt(where, fmt::format("key '{}' holds control characters", printable(key, 128)));
+      if (has_control(key))
+        return corrupt(where, fmt::format("key '{}' holds control characters", printable(key, 128)));
       ListedObject o;
       auto [p, ec] = std::from_chars(size.data(), size.data() + size.size(), o.size);
       if (size.empty() || ec != std::errc() || p != size.data() + size.size() || size.front() == '-')

@@ -107,7 +107,8 @@ Status add_entry(SafetensorsHeader& h, std::string_view file, const std::string&
 // What it accepts is valid JSON read as the general parser reads it.
 class CanonicalHeader {
  public:
-  CanonicalHeader(std::string_view body, SafetensorsHeader& h) : p_(body.data()), end_(body.data() + body.size()), h_(h) {}
+  CanonicalHeader(std::string_view body, SafetensorsHeader& h)
+      : p_(body.data()), end_(body.data() + body.size()), h_(h) {}
 
   bool parse() {
     if (!eat('{')) return false;
@@ -398,8 +399,8 @@ class HeaderParser final : public nlohmann::json_sax<json> {
 
   SafetensorsHeader& h_;
   std::string_view file_;
-  int depth_ = 0;   // containers open, not counting skipped ones
-  int skip_ = 0;    // > 0: inside a value being skipped (this many containers deep)
+  int depth_ = 0;         // containers open, not counting skipped ones
+  int skip_ = 0;          // > 0: inside a value being skipped (this many containers deep)
   std::string name_;      // the current top-level key
   std::string meta_key_;  // the current key inside __metadata__
   bool in_meta_ = false, in_entry_ = false;
@@ -415,7 +416,8 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64
   h.header_size = text.size();
   h.data_start = 8 + text.size();
   if (text.size() > kSafetensorsMaxHeader)
-    return corrupt(file, fmt::format("header of {} bytes exceeds the {} byte limit", text.size(), kSafetensorsMaxHeader));
+    return corrupt(file,
+                   fmt::format("header of {} bytes exceeds the {} byte limit", text.size(), kSafetensorsMaxHeader));
   if (!is_valid_utf8(text)) return corrupt(file, "header is not valid UTF-8");
   if (text.empty() || text.front() != '{') return corrupt(file, "header does not start with '{'");
   // Trailing spaces are padding; anything else after the object is a JSON error.
@@ -448,25 +450,26 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64
   uint64_t cursor = 0;
   for (auto& t : h.tensors) {
     if (t.offset != cursor)
-      return corrupt_tensor(file, t.name,
-                            t.offset > cursor
-                                ? fmt::format("gap in the data area: tensor begins at {} but the previous one ends at {}",
-                                              t.offset, cursor)
-                                : fmt::format("tensor overlaps the previous one: begins at {} before {}", t.offset,
-                                              cursor));
+      return corrupt_tensor(
+          file, t.name,
+          t.offset > cursor
+              ? fmt::format("gap in the data area: tensor begins at {} but the previous one ends at {}", t.offset,
+                            cursor)
+              : fmt::format("tensor overlaps the previous one: begins at {} before {}", t.offset, cursor));
     cursor = t.offset + t.nbytes;
     t.offset += h.data_start;
   }
   uint64_t expected = 0;
   if (!checked_add(h.data_start, cursor, &expected) || expected != file_size)
-    return corrupt(file, fmt::format("data area ends at byte {} but the file has {} bytes", h.data_start + cursor,
-                                     file_size));
+    return corrupt(
+        file, fmt::format("data area ends at byte {} but the file has {} bytes", h.data_start + cursor, file_size));
   return h;
 }
 
 Result<SafetensorsHeader> read_safetensors_header(const RandomAccessFile& file) {
   const uint64_t size = file.size();
-  if (size < 8) return corrupt(file.path(), fmt::format("file of {} bytes is too small for a safetensors header", size));
+  if (size < 8)
+    return corrupt(file.path(), fmt::format("file of {} bytes is too small for a safetensors header", size));
   std::byte len_bytes[8];
   WL_RETURN_IF_ERROR(file.read_at(0, len_bytes));
   uint64_t n = load_le64(len_bytes);
@@ -500,9 +503,11 @@ Result<std::shared_ptr<SafetensorsFile>> SafetensorsFile::open(std::shared_ptr<R
     WL_RETURN_IF_ERROR(sf->file_->read_at(0, buf.span()));
     uint64_t n = load_le64(buf.data());
     if (n > kSafetensorsMaxHeader)
-      return corrupt(sf->file_->path(), fmt::format("header length {} exceeds the {} byte limit", n, kSafetensorsMaxHeader));
+      return corrupt(sf->file_->path(),
+                     fmt::format("header length {} exceeds the {} byte limit", n, kSafetensorsMaxHeader));
     if (n > size - 8)
-      return corrupt(sf->file_->path(), fmt::format("header length {} is past the end of the file ({} bytes)", n, size));
+      return corrupt(sf->file_->path(),
+                     fmt::format("header length {} is past the end of the file ({} bytes)", n, size));
     std::string_view text(reinterpret_cast<const char*>(buf.data()) + 8, n);
     WL_ASSIGN_OR_RETURN(sf->header_, parse_safetensors_header(text, size, sf->file_->path()));
     sf->eager_ = std::make_shared<Buffer>(std::move(buf));
@@ -559,10 +564,14 @@ Result<Tensor> SafetensorsFile::read_slice(std::string_view name, int dim, int64
   const int nd = static_cast<int>(t->shape.size());
   const int d = dim < 0 ? dim + nd : dim;
   if (d < 0 || d >= nd)
-    return Status::InvalidArgument(fmt::format("slice dim {} is out of range for shape {}", dim, shape_to_string(t->shape)))
-        .with_file(path()).with_tensor(name);
+    return Status::InvalidArgument(
+               fmt::format("slice dim {} is out of range for shape {}", dim, shape_to_string(t->shape)))
+        .with_file(path())
+        .with_tensor(name);
   if (begin < 0 || end < begin)
-    return Status::InvalidArgument(fmt::format("invalid slice [{}, {})", begin, end)).with_file(path()).with_tensor(name);
+    return Status::InvalidArgument(fmt::format("invalid slice [{}, {})", begin, end))
+        .with_file(path())
+        .with_tensor(name);
   begin = std::min(begin, t->shape[d]);
   end = std::min(end, t->shape[d]);
   WL_ASSIGN_OR_RETURN(auto l, slice_layout(t->dtype, t->shape, d, begin, end - begin), .tensor = name, .file = path());

@@ -42,11 +42,13 @@ Result<SafetensorsLayout> plan_safetensors(std::span<const NamedTensor> tensors,
     if (t.name == "__metadata__") return Status::InvalidArgument("'__metadata__' is reserved").with_tensor(t.name);
     if (!names.insert(t.name).second) return Status::InvalidArgument("duplicate tensor name").with_tensor(t.name);
     if (!dtype_in_safetensors(t.view.dtype()))
-      return Status::InvalidArgument(fmt::format("dtype {} cannot be stored in safetensors", dtype_name(t.view.dtype())))
+      return Status::InvalidArgument(
+                 fmt::format("dtype {} cannot be stored in safetensors", dtype_name(t.view.dtype())))
           .with_tensor(t.name);
     uint64_t numel = 0;
     if (!checked_numel(t.view.shape(), &numel))
-      return Status::InvalidArgument(fmt::format("invalid shape {}", shape_to_string(t.view.shape()))).with_tensor(t.name);
+      return Status::InvalidArgument(fmt::format("invalid shape {}", shape_to_string(t.view.shape())))
+          .with_tensor(t.name);
     auto nb = dtype_nbytes(t.view.dtype(), numel);
     if (!nb || *nb != t.view.nbytes())
       return Status::InvalidArgument(fmt::format("holds {} bytes but shape {} of {} needs {}", t.view.nbytes(),

@@ -30,8 +30,8 @@ Result<ExpertPlacement> parse_expert_placement(std::string_view text) {
   return Status::InvalidArgument("Unknown expert placement strategy: " + std::string(text));
 }
 
-Result<std::optional<std::set<int64_t>>> compute_local_expert_ids(int64_t num_experts, int64_t ep_size,
-                                                                  int64_t ep_rank, ExpertPlacement placement) {
+Result<std::optional<std::set<int64_t>>> compute_local_expert_ids(int64_t num_experts, int64_t ep_size, int64_t ep_rank,
+                                                                  ExpertPlacement placement) {
   if (num_experts < 0) return Status::InvalidArgument(fmt::format("number of experts {} is negative", num_experts));
   if (ep_size <= 1) return std::optional<std::set<int64_t>>();
   if (ep_rank < 0 || ep_rank >= ep_size)
@@ -69,7 +69,8 @@ Result<std::set<int64_t>> parse_expert_id_list(std::string_view text) {
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string_view item = text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
+    std::string_view item =
+        text.substr(start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     size_t dash = item.find('-');
     if (dash == std::string_view::npos) {
       WL_ASSIGN_OR_RETURN(int64_t v, parse_num(item));

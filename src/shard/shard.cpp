@@ -34,13 +34,13 @@ Result<ShardLayout> shard_layout(DType dtype, std::span<const int64_t> shape, in
     return Status::InvalidArgument(fmt::format("tensor-parallel rank {} is outside [0, {})", rank, world));
   int d = dim < 0 ? dim + nd : dim;
   if (d < 0 || d >= nd)
-    return Status::InvalidArgument(fmt::format("shard dim {} is out of range for a {}-D tensor {}", dim, nd,
-                                               shape_to_string(shape)));
+    return Status::InvalidArgument(
+        fmt::format("shard dim {} is out of range for a {}-D tensor {}", dim, nd, shape_to_string(shape)));
   if (dtype_bits(dtype) % 8 != 0)
     return Status::InvalidArgument(fmt::format("cannot shard {} tensors (narrower than a byte)", dtype_name(dtype)));
   if (shape[d] % world != 0)
-    return Status::InvalidArgument(fmt::format("dim {} of shape {} does not divide into {} shards", d,
-                                               shape_to_string(shape), world));
+    return Status::InvalidArgument(
+        fmt::format("dim {} of shape {} does not divide into {} shards", d, shape_to_string(shape), world));
   const int64_t part = shape[d] / world;
   return slice_layout(dtype, shape, d, rank * part, part);
 }
@@ -49,13 +49,13 @@ Result<ShardLayout> slice_layout(DType dtype, std::span<const int64_t> shape, in
   const int nd = static_cast<int>(shape.size());
   int d = dim < 0 ? dim + nd : dim;
   if (d < 0 || d >= nd)
-    return Status::InvalidArgument(fmt::format("slice dim {} is out of range for a {}-D tensor {}", dim, nd,
-                                               shape_to_string(shape)));
+    return Status::InvalidArgument(
+        fmt::format("slice dim {} is out of range for a {}-D tensor {}", dim, nd, shape_to_string(shape)));
   if (dtype_bits(dtype) % 8 != 0)
     return Status::InvalidArgument(fmt::format("cannot slice {} tensors (narrower than a byte)", dtype_name(dtype)));
   if (start < 0 || length < 0 || start > shape[d] || length > shape[d] - start)
-    return Status::InvalidArgument(fmt::format("slice [{}, {}) is outside dim {} of shape {}", start, start + length, d,
-                                               shape_to_string(shape)));
+    return Status::InvalidArgument(
+        fmt::format("slice [{}, {}) is outside dim {} of shape {}", start, start + length, d, shape_to_string(shape)));
   uint64_t numel = 0;
   if (!checked_numel(shape, &numel)) return Status::InvalidArgument("shape overflows");
   ShardLayout l;

@@ -62,7 +62,6 @@ struct Spec {
   uint64_t nbytes() const { return shape_numel(shape) * static_cast<uint64_t>(dtype_size(dtype)); }
 };
 
-
 }  // namespace
 
 Result<uint64_t> parse_size(std::string_view text) {
@@ -82,20 +81,28 @@ Result<uint64_t> parse_size(std::string_view text) {
   }
   std::string unit = t.substr(i);
   double mul = 1;
-  if (unit.empty() || unit == "B") mul = 1;
-  else if (unit == "K" || unit == "KB" || unit == "KIB") mul = 1024.0;
-  else if (unit == "M" || unit == "MB" || unit == "MIB") mul = 1024.0 * 1024;
-  else if (unit == "G" || unit == "GB" || unit == "GIB") mul = 1024.0 * 1024 * 1024;
-  else return Status::InvalidArgument(fmt::format("invalid size unit in '{}'", text));
+  if (unit.empty() || unit == "B")
+    mul = 1;
+  else if (unit == "K" || unit == "KB" || unit == "KIB")
+    mul = 1024.0;
+  else if (unit == "M" || unit == "MB" || unit == "MIB")
+    mul = 1024.0 * 1024;
+  else if (unit == "G" || unit == "GB" || unit == "GIB")
+    mul = 1024.0 * 1024 * 1024;
+  else
+    return Status::InvalidArgument(fmt::format("invalid size unit in '{}'", text));
   double bytes = v * mul;
-  if (!(bytes >= 1024) || bytes > 1e13) return Status::InvalidArgument(fmt::format("size '{}' out of range (1 KiB .. 10 TB)", text));
+  if (!(bytes >= 1024) || bytes > 1e13)
+    return Status::InvalidArgument(fmt::format("size '{}' out of range (1 KiB .. 10 TB)", text));
   return static_cast<uint64_t>(bytes);
 }
 
 Result<SynthResult> synth_model(const std::string& dir, const SynthOptions& o) {
   // Pick a width that suits the size, then as many layers as fit.
-  struct Dims { int hidden, inter, heads, kv, vocab; };
-  const Dims table[] = {{64, 176, 4, 2, 1024},    {256, 688, 8, 4, 4096},     {512, 1376, 8, 4, 8192},
+  struct Dims {
+    int hidden, inter, heads, kv, vocab;
+  };
+  const Dims table[] = {{64, 176, 4, 2, 1024},      {256, 688, 8, 4, 4096},     {512, 1376, 8, 4, 8192},
                         {1024, 2816, 16, 8, 16000}, {2048, 5632, 16, 8, 32000}, {4096, 11008, 32, 8, 32000}};
   Dims d = table[0];
   for (const auto& c : table) {
@@ -109,10 +116,10 @@ Result<SynthResult> synth_model(const std::string& dir, const SynthOptions& o) {
   std::vector<Spec> specs;
   specs.push_back({"model.embed_tokens.weight", DType::BF16, {d.vocab, d.hidden}});
   uint64_t fixed = 2ull * 2 * d.vocab * d.hidden + 4ull * d.hidden;
-  uint64_t per_layer = 2ull * (2ull * d.hidden * d.hidden + 2ull * d.hidden * kv_dim + 3ull * d.hidden * d.inter) +
-                       2 * 4ull * d.hidden;
-  int layers = static_cast<int>(std::max<int64_t>(1, (static_cast<int64_t>(o.target_bytes) - static_cast<int64_t>(fixed)) /
-                                                         static_cast<int64_t>(per_layer)));
+  uint64_t per_layer =
+      2ull * (2ull * d.hidden * d.hidden + 2ull * d.hidden * kv_dim + 3ull * d.hidden * d.inter) + 2 * 4ull * d.hidden;
+  int layers = static_cast<int>(std::max<int64_t>(
+      1, (static_cast<int64_t>(o.target_bytes) - static_cast<int64_t>(fixed)) / static_cast<int64_t>(per_layer)));
   for (int l = 0; l < layers; ++l) {
     std::string p = fmt::format("model.layers.{}.", l);
     specs.push_back({p + "input_layernorm.weight", DType::F32, {d.hidden}});
@@ -153,10 +160,10 @@ Result<SynthResult> synth_model(const std::string& dir, const SynthOptions& o) {
     std::vector<NamedTensor> planned;
     for (size_t i : shards[s]) {
       // Planning needs names, dtypes, shapes and sizes only.
-      planned.push_back({specs[i].name, TensorView(specs[i].dtype, specs[i].shape,
-                                                   std::span<const std::byte>(static_cast<const std::byte*>(nullptr),
-                                                                              specs[i].nbytes()),
-                                                   nullptr)});
+      planned.push_back(
+          {specs[i].name,
+           TensorView(specs[i].dtype, specs[i].shape,
+                      std::span<const std::byte>(static_cast<const std::byte*>(nullptr), specs[i].nbytes()), nullptr)});
       weight_map[specs[i].name] = fname;
     }
     WL_ASSIGN_OR_RETURN(SafetensorsLayout L, plan_safetensors(planned, {{"format", "pt"}}));
@@ -170,8 +177,10 @@ Result<SynthResult> synth_model(const std::string& dir, const SynthOptions& o) {
         WL_ASSIGN_OR_RETURN(scratch, Buffer::allocate(nb));
       }
       uint64_t seed = splitmix64(o.seed ^ fnv1a(sp.name));
-      if (sp.dtype == DType::BF16) fill_bf16(scratch.data(), nb / 2, seed);
-      else fill_f32_norm(scratch.data(), nb / 4, seed);
+      if (sp.dtype == DType::BF16)
+        fill_bf16(scratch.data(), nb / 2, seed);
+      else
+        fill_f32_norm(scratch.data(), nb / 4, seed);
       WL_RETURN_IF_ERROR(out.append(std::span<const std::byte>(scratch.data(), nb)));
     }
     WL_RETURN_IF_ERROR(out.commit());

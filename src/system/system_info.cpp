@@ -10,7 +10,6 @@
 
 #include "core/memory_admission.h"
 
-
 namespace wl {
 
 namespace {
@@ -92,7 +91,8 @@ SystemInfo* SystemInfo::Default() {
 Result<uint64_t> parse_mem_available(std::string_view meminfo, std::string_view source) {
   auto kv = keyed_line(meminfo, "MemAvailable");
   if (!kv) return Status::Corrupt("no MemAvailable line").with_file(source);
-  if (kv->second == "?" || kv->first > (ULLONG_MAX >> 10)) return Status::Corrupt("malformed MemAvailable line").with_file(source);
+  if (kv->second == "?" || kv->first > (ULLONG_MAX >> 10))
+    return Status::Corrupt("malformed MemAvailable line").with_file(source);
   if (!kv->second.empty() && kv->second != "kB")
     return Status::Corrupt(fmt::format("MemAvailable unit '{}' is not kB", kv->second)).with_file(source);
   return static_cast<uint64_t>(kv->first) * 1024;

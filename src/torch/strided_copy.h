@@ -13,7 +13,8 @@ namespace wl {
 namespace detail {
 template <size_t E>
 inline void copy_elems(std::byte* dst, const std::byte* src, int64_t n, int64_t stride) {
-  for (int64_t j = 0; j < n; ++j) std::memcpy(dst + j * static_cast<int64_t>(E), src + j * stride * static_cast<int64_t>(E), E);
+  for (int64_t j = 0; j < n; ++j)
+    std::memcpy(dst + j * static_cast<int64_t>(E), src + j * stride * static_cast<int64_t>(E), E);
 }
 }  // namespace detail
 

@@ -70,14 +70,18 @@ class Builder {
     if (ar) {
       std::string rec = prefix + "data/" + r.key;
       const zip::Entry* e = ar->find(rec);
-      if (!e) return Status::Corrupt(fmt::format("storage record '{}' is missing from the archive", rec)).with_file(ck_->path_);
+      if (!e)
+        return Status::Corrupt(fmt::format("storage record '{}' is missing from the archive", rec))
+            .with_file(ck_->path_);
       if (e->method != 0)
         return Status::Unimplemented(fmt::format("storage record '{}' is compressed (method {}); torch.save stores "
-                                                 "records uncompressed", rec, e->method))
+                                                 "records uncompressed",
+                                                 rec, e->method))
             .with_file(ck_->path_);
       if (e->size < s.nbytes)
         return Status::Corrupt(fmt::format("storage record '{}' holds {} bytes but the pickle declares {} elements of "
-                                           "{} ({} bytes)", rec, e->size, s.numel, dtype_name(s.dtype), s.nbytes))
+                                           "{} ({} bytes)",
+                                           rec, e->size, s.numel, dtype_name(s.dtype), s.nbytes))
             .with_file(ck_->path_);
       s.file_offset = e->data_offset;
     } else {
@@ -116,7 +120,9 @@ class Builder {
       t.is_parameter = r.is_parameter;
       uint64_t numel = 0, nbytes = 0;
       // t.name, not the structured binding: clang 14 cannot capture bindings in a lambda.
-      auto bad = [&](std::string what) { return Status::Corrupt(std::move(what)).with_file(ck_->path_).with_tensor(t.name); };
+      auto bad = [&](std::string what) {
+        return Status::Corrupt(std::move(what)).with_file(ck_->path_).with_tensor(t.name);
+      };
       if (!checked_numel(t.sizes, &numel)) return bad(fmt::format("shape {} overflows", shape_to_string(t.sizes)));
       auto nb = dtype_nbytes(t.dtype, numel);
       if (!nb) return bad(fmt::format("shape {} overflows", shape_to_string(t.sizes)));
@@ -130,10 +136,10 @@ class Builder {
             return bad("sizes and strides overflow");
         }
         if (last >= s.numel)
-          return bad(fmt::format("tensor of shape {} (offset {}, strides {}) reaches element {} but its storage '{}' "
-                                 "holds only {} elements",
-                                 shape_to_string(t.sizes), t.storage_offset, shape_to_string(t.strides), last, s.key,
-                                 s.numel));
+          return bad(fmt::format(
+              "tensor of shape {} (offset {}, strides {}) reaches element {} but its storage '{}' "
+              "holds only {} elements",
+              shape_to_string(t.sizes), t.storage_offset, shape_to_string(t.strides), last, s.key, s.numel));
       }
       t.contiguous = is_contiguous(t.sizes, t.strides);
       if (!seen.emplace(name, ck_->strided_.size()).second) return bad("duplicate tensor name");
@@ -162,17 +168,22 @@ Result<std::shared_ptr<TorchCheckpoint>> open_zip(std::shared_ptr<TorchCheckpoin
   for (auto& e : ar.entries()) {
     auto slash = e.name.find('/');
     if (slash != std::string::npos && e.name.compare(slash, std::string::npos, "/data.pkl") == 0) {
-      if (pkl) return Status::Corrupt(fmt::format("two pickles in one checkpoint: '{}' and '{}'", pkl->name, e.name)).with_file(path);
+      if (pkl)
+        return Status::Corrupt(fmt::format("two pickles in one checkpoint: '{}' and '{}'", pkl->name, e.name))
+            .with_file(path);
       pkl = &e;
     }
   }
-  if (!pkl) return Status::Corrupt("zip archive has no '<name>/data.pkl' record; not a torch.save checkpoint").with_file(path);
+  if (!pkl)
+    return Status::Corrupt("zip archive has no '<name>/data.pkl' record; not a torch.save checkpoint").with_file(path);
   std::string prefix = pkl->name.substr(0, pkl->name.size() - std::string_view("data.pkl").size());
   if (const zip::Entry* bo = ar.find(prefix + "byteorder")) {
     WL_ASSIGN_OR_RETURN(std::string order, ar.read(*bo, 16));
-    if (order == "big") ck->big_endian_ = true;
+    if (order == "big")
+      ck->big_endian_ = true;
     else if (order != "little")
-      return Status::Corrupt(fmt::format("byteorder record says '{}', expected 'little' or 'big'", order)).with_file(path);
+      return Status::Corrupt(fmt::format("byteorder record says '{}', expected 'little' or 'big'", order))
+          .with_file(path);
   }
   WL_ASSIGN_OR_RETURN(std::string data, ar.read(*pkl, std::min(kMaxPickle, ck->file_->size())));
   Builder b(ck.get(), o);
@@ -185,7 +196,8 @@ Result<std::shared_ptr<TorchCheckpoint>> open_zip(std::shared_ptr<TorchCheckpoin
 // The pickles come first, the storages after them: `head_len` bytes of the file are decoded;
 // *short is set when a pickle ran past them (the caller retries with more).
 Result<std::shared_ptr<TorchCheckpoint>> open_legacy_head(std::shared_ptr<TorchCheckpoint> ck,
-                                                          const TorchOpenOptions& o, uint64_t head_len, bool* short_head) {
+                                                          const TorchOpenOptions& o, uint64_t head_len,
+                                                          bool* short_head) {
   const std::string& path = ck->path_;
   const RandomAccessFile& f = *ck->file_;
   ck->legacy_ = true;
@@ -212,7 +224,8 @@ Result<std::shared_ptr<TorchCheckpoint>> open_legacy_head(std::shared_ptr<TorchC
   };
   pickle::Value* magic = nullptr;
   WL_RETURN_IF_ERROR(load(&magic));
-  if (magic->kind != pickle::Kind::kOther || magic->s != std::string_view(reinterpret_cast<const char*>(kLegacyMagic), 10))
+  if (magic->kind != pickle::Kind::kOther ||
+      magic->s != std::string_view(reinterpret_cast<const char*>(kLegacyMagic), 10))
     return legacy_error("bad magic number (not a file written by torch.save)");
   rest.remove_prefix(used);
   pickle::Value* proto = nullptr;
@@ -264,8 +277,8 @@ Result<std::shared_ptr<TorchCheckpoint>> open_legacy_head(std::shared_ptr<TorchC
     uint64_t nbytes = 0;
     if (!checked_mul(numel, static_cast<uint64_t>(dtype_size(it->second.dtype)), &nbytes) ||
         !checked_add(end, nbytes, &off) || off > f.size())
-      return legacy_error(fmt::format("storage '{}' declares {} elements, more than the rest of the file (truncated?)",
-                                      k->s, numel));
+      return legacy_error(
+          fmt::format("storage '{}' declares {} elements, more than the rest of the file (truncated?)", k->s, numel));
     it->second.offset = end;
     it->second.numel = numel;
     it->second.placed = true;
@@ -305,7 +318,8 @@ Result<std::shared_ptr<TorchCheckpoint>> TorchCheckpoint::open(const std::string
                                                                const TorchOpenOptions& options) {
   auto ck = std::make_shared<TorchCheckpoint>();
   ck->path_ = path;
-  WL_ASSIGN_OR_RETURN(ck->file_, env->open(path, {.mode = FileMode::kMmap, .populate = options.populate}), .file = path);
+  WL_ASSIGN_OR_RETURN(ck->file_, env->open(path, {.mode = FileMode::kMmap, .populate = options.populate}),
+                      .file = path);
   const uint64_t size = ck->file_->size();
   unsigned char head[4] = {};
   if (size >= 4) WL_RETURN_IF_ERROR(ck->file_->read_at(0, std::as_writable_bytes(std::span(head))));
@@ -321,7 +335,8 @@ Result<std::shared_ptr<TorchCheckpoint>> TorchCheckpoint::open(const std::string
       if (std::string_view(ustar, 5) == "ustar")
         return Status::Unimplemented("tar-format PyTorch checkpoints (torch < 0.4) are not supported").with_file(path);
     }
-    return Status::Corrupt("not a PyTorch checkpoint: neither a zip archive nor a legacy pickle stream").with_file(path);
+    return Status::Corrupt("not a PyTorch checkpoint: neither a zip archive nor a legacy pickle stream")
+        .with_file(path);
   }
   if (!r.ok()) return std::move(r).status().with_file(path);
   if ((*r)->big_endian_)

@@ -20,14 +20,27 @@ struct StorageClass {
 };
 // torch.<Name>Storage -> element type. Untyped storages are bytes.
 const StorageClass kStorageClasses[] = {
-    {"DoubleStorage", DType::F64},   {"FloatStorage", DType::F32},       {"HalfStorage", DType::F16},
-    {"BFloat16Storage", DType::BF16}, {"LongStorage", DType::I64},       {"IntStorage", DType::I32},
-    {"ShortStorage", DType::I16},    {"CharStorage", DType::I8},         {"ByteStorage", DType::U8},
-    {"BoolStorage", DType::BOOL},    {"ComplexFloatStorage", DType::C64}, {"ComplexDoubleStorage", DType::C128},
-    {"ComplexHalfStorage", DType::C32}, {"UInt16Storage", DType::U16},   {"UInt32Storage", DType::U32},
-    {"UInt64Storage", DType::U64},   {"Float8_e5m2Storage", DType::F8_E5M2},
-    {"Float8_e4m3fnStorage", DType::F8_E4M3}, {"Float8_e5m2fnuzStorage", DType::F8_E5M2FNUZ},
-    {"Float8_e4m3fnuzStorage", DType::F8_E4M3FNUZ}, {"Float8_e8m0fnuStorage", DType::F8_E8M0},
+    {"DoubleStorage", DType::F64},
+    {"FloatStorage", DType::F32},
+    {"HalfStorage", DType::F16},
+    {"BFloat16Storage", DType::BF16},
+    {"LongStorage", DType::I64},
+    {"IntStorage", DType::I32},
+    {"ShortStorage", DType::I16},
+    {"CharStorage", DType::I8},
+    {"ByteStorage", DType::U8},
+    {"BoolStorage", DType::BOOL},
+    {"ComplexFloatStorage", DType::C64},
+    {"ComplexDoubleStorage", DType::C128},
+    {"ComplexHalfStorage", DType::C32},
+    {"UInt16Storage", DType::U16},
+    {"UInt32Storage", DType::U32},
+    {"UInt64Storage", DType::U64},
+    {"Float8_e5m2Storage", DType::F8_E5M2},
+    {"Float8_e4m3fnStorage", DType::F8_E4M3},
+    {"Float8_e5m2fnuzStorage", DType::F8_E5M2FNUZ},
+    {"Float8_e4m3fnuzStorage", DType::F8_E4M3FNUZ},
+    {"Float8_e8m0fnuStorage", DType::F8_E8M0},
     {"UntypedStorage", DType::U8},
 };
 const char* const kQuantStorages[] = {"QUInt8Storage", "QInt8Storage", "QInt32Storage", "QUInt4x2Storage",
@@ -38,20 +51,41 @@ struct DtypeName {
   DType dtype;
 };
 const DtypeName kDtypes[] = {
-    {"float64", DType::F64}, {"double", DType::F64}, {"float32", DType::F32}, {"float", DType::F32},
-    {"float16", DType::F16}, {"half", DType::F16},   {"bfloat16", DType::BF16}, {"int64", DType::I64},
-    {"long", DType::I64},    {"int32", DType::I32},  {"int", DType::I32},     {"int16", DType::I16},
-    {"short", DType::I16},   {"int8", DType::I8},    {"uint8", DType::U8},    {"bool", DType::BOOL},
-    {"complex32", DType::C32}, {"chalf", DType::C32}, {"complex64", DType::C64}, {"cfloat", DType::C64},
-    {"complex128", DType::C128}, {"cdouble", DType::C128}, {"uint16", DType::U16}, {"uint32", DType::U32},
-    {"uint64", DType::U64}, {"float8_e5m2", DType::F8_E5M2}, {"float8_e4m3fn", DType::F8_E4M3},
-    {"float8_e5m2fnuz", DType::F8_E5M2FNUZ}, {"float8_e4m3fnuz", DType::F8_E4M3FNUZ},
+    {"float64", DType::F64},
+    {"double", DType::F64},
+    {"float32", DType::F32},
+    {"float", DType::F32},
+    {"float16", DType::F16},
+    {"half", DType::F16},
+    {"bfloat16", DType::BF16},
+    {"int64", DType::I64},
+    {"long", DType::I64},
+    {"int32", DType::I32},
+    {"int", DType::I32},
+    {"int16", DType::I16},
+    {"short", DType::I16},
+    {"int8", DType::I8},
+    {"uint8", DType::U8},
+    {"bool", DType::BOOL},
+    {"complex32", DType::C32},
+    {"chalf", DType::C32},
+    {"complex64", DType::C64},
+    {"cfloat", DType::C64},
+    {"complex128", DType::C128},
+    {"cdouble", DType::C128},
+    {"uint16", DType::U16},
+    {"uint32", DType::U32},
+    {"uint64", DType::U64},
+    {"float8_e5m2", DType::F8_E5M2},
+    {"float8_e4m3fn", DType::F8_E4M3},
+    {"float8_e5m2fnuz", DType::F8_E5M2FNUZ},
+    {"float8_e4m3fnuz", DType::F8_E4M3FNUZ},
     {"float8_e8m0fnu", DType::F8_E8M0},
 };
 
-const char* const kTensorClasses[] = {"DoubleTensor", "FloatTensor", "HalfTensor", "BFloat16Tensor", "LongTensor",
-                                      "IntTensor", "ShortTensor", "CharTensor", "ByteTensor", "BoolTensor",
-                                      "ComplexFloatTensor", "ComplexDoubleTensor"};
+const char* const kTensorClasses[] = {"DoubleTensor", "FloatTensor", "HalfTensor",         "BFloat16Tensor",
+                                      "LongTensor",   "IntTensor",   "ShortTensor",        "CharTensor",
+                                      "ByteTensor",   "BoolTensor",  "ComplexFloatTensor", "ComplexDoubleTensor"};
 
 std::string kind_name(Kind k) {
   switch (k) {
@@ -136,9 +170,10 @@ Result<Value*> Unpickler::find_global(std::string_view module, std::string_view 
       }
     }
   }
-  return Status::PermissionDenied(fmt::format(
-             "data.pkl: refusing global '{}': it is not in PyTorch's weights-only allowlist (nothing was executed)",
-             full))
+  return Status::PermissionDenied(
+             fmt::format(
+                 "data.pkl: refusing global '{}': it is not in PyTorch's weights-only allowlist (nothing was executed)",
+                 full))
       .with_file(file_);
 }
 
@@ -147,12 +182,13 @@ Result<Value*> Unpickler::load_persistent(Value* pid) {
       pid->items[0]->s != "storage")
     return error("persistent_load id is not a ('storage', ...) tuple; only storages may be loaded");
   auto& it = pid->items;
-  if (it.size() != 5 && it.size() != 6) return error(fmt::format("storage id has {} fields, expected 5 or 6", it.size()));
+  if (it.size() != 5 && it.size() != 6)
+    return error(fmt::format("storage id has {} fields, expected 5 or 6", it.size()));
   if (it[1]->kind != Kind::kGlobal || it[1]->global != Global::kStorageClass)
     return error("storage id does not name a storage class");
   if (!it[1]->dtype)
-    return Status::Unimplemented(fmt::format("data.pkl: storage class '{}' (quantized or typed) is not supported",
-                                             it[1]->s))
+    return Status::Unimplemented(
+               fmt::format("data.pkl: storage class '{}' (quantized or typed) is not supported", it[1]->s))
         .with_file(file_);
   if (it[2]->kind != Kind::kStr && it[2]->kind != Kind::kInt) return error("storage key is not a string");
   if (it[4]->kind != Kind::kInt || it[4]->i < 0) return error("storage size is not a non-negative integer");
@@ -261,21 +297,24 @@ Result<Value*> Unpickler::call(Value* func, Value* args) {
       const std::string& s = a[0]->s;
       for (size_t i = 0; i < s.size();) {
         auto c = static_cast<unsigned char>(s[i]);
-        if (c < 0x80) { b->s.push_back(static_cast<char>(c)); i += 1; }
-        else if ((c & 0xE0) == 0xC0 && i + 1 < s.size()) {
+        if (c < 0x80) {
+          b->s.push_back(static_cast<char>(c));
+          i += 1;
+        } else if ((c & 0xE0) == 0xC0 && i + 1 < s.size()) {
           b->s.push_back(static_cast<char>(((c & 0x1F) << 6) | (static_cast<unsigned char>(s[i + 1]) & 0x3F)));
           i += 2;
-        } else return error("_codecs.encode: text is not latin-1");
+        } else
+          return error("_codecs.encode: text is not latin-1");
       }
       return b;
     }
     case Global::kRebuildUnsupported:
       return Status::Unimplemented(fmt::format("data.pkl: '{}' (sparse, quantized, meta or nested tensors) is not "
-                                               "supported", func->s))
+                                               "supported",
+                                               func->s))
           .with_file(file_);
     case Global::kTensorClass:
-    case Global::kStorageClass:
-      return error(fmt::format("'{}' cannot be called", func->s));
+    case Global::kStorageClass: return error(fmt::format("'{}' cannot be called", func->s));
   }
   return error("unknown global");
 }
@@ -288,18 +327,16 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
   const size_t n = data.size();
   size_t i = 0;
 
-#define WL_NEED(k)                                                          \
-  do {                                                                      \
+#define WL_NEED(k)                                                        \
+  do {                                                                    \
     if (n - i < static_cast<size_t>(k)) return error("truncated pickle"); \
   } while (0)
-#define WL_POP(var)                                                                   \
-  if (stack.empty() || (!marks.empty() && stack.size() <= marks.back()))              \
-    return error("stack underflow");                                                  \
-  Value* var = stack.back();                                                          \
+#define WL_POP(var)                                                                                       \
+  if (stack.empty() || (!marks.empty() && stack.size() <= marks.back())) return error("stack underflow"); \
+  Value* var = stack.back();                                                                              \
   stack.pop_back()
-#define WL_TOP(var)                                                                   \
-  if (stack.empty() || (!marks.empty() && stack.size() <= marks.back()))              \
-    return error("stack underflow");                                                  \
+#define WL_TOP(var)                                                                                       \
+  if (stack.empty() || (!marks.empty() && stack.size() <= marks.back())) return error("stack underflow"); \
   Value*& var = stack.back()
 
   auto u16 = [&](size_t at) { return static_cast<uint32_t>(p[at] | (p[at + 1] << 8)); };
@@ -367,9 +404,12 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
         marks.push_back(stack.size());
         break;
       case '0': {  // POP
-        if (!stack.empty() && (marks.empty() || stack.size() > marks.back())) stack.pop_back();
-        else if (!marks.empty()) marks.pop_back();
-        else return error("stack underflow");
+        if (!stack.empty() && (marks.empty() || stack.size() > marks.back()))
+          stack.pop_back();
+        else if (!marks.empty())
+          marks.pop_back();
+        else
+          return error("stack underflow");
         break;
       }
       case '1': {  // POP_MARK
@@ -515,7 +555,8 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
       case 'a': {  // APPEND
         WL_POP(item);
         WL_TOP(list);
-        if (list->kind != Kind::kList) return error(fmt::format("can only append to a list, not a {}", kind_name(list->kind)));
+        if (list->kind != Kind::kList)
+          return error(fmt::format("can only append to a list, not a {}", kind_name(list->kind)));
         list->items.push_back(item);
         break;
       }
@@ -523,7 +564,8 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
         std::vector<Value*> items;
         WL_RETURN_IF_ERROR(pop_mark(&items));
         WL_TOP(list);
-        if (list->kind != Kind::kList) return error(fmt::format("can only extend a list, not a {}", kind_name(list->kind)));
+        if (list->kind != Kind::kList)
+          return error(fmt::format("can only extend a list, not a {}", kind_name(list->kind)));
         list->items.insert(list->items.end(), items.begin(), items.end());
         break;
       }
@@ -592,7 +634,8 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
         (void)state;
         WL_TOP(inst);
         if (inst->kind != Kind::kTensor && inst->kind != Kind::kDict)
-          return error(fmt::format("BUILD is only allowed on a tensor, parameter or dict, not a {}", kind_name(inst->kind)));
+          return error(
+              fmt::format("BUILD is only allowed on a tensor, parameter or dict, not a {}", kind_name(inst->kind)));
         break;
       }
       case 'Q': {  // BINPERSID
@@ -605,9 +648,15 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
       case 'r':
       case 0x94: {  // BINPUT, LONG_BINPUT, MEMOIZE
         uint64_t idx = 0;
-        if (op == 'q') { WL_NEED(1); idx = p[i++]; }
-        else if (op == 'r') { WL_NEED(4); idx = u32(i); i += 4; }
-        else idx = memo.size();
+        if (op == 'q') {
+          WL_NEED(1);
+          idx = p[i++];
+        } else if (op == 'r') {
+          WL_NEED(4);
+          idx = u32(i);
+          i += 4;
+        } else
+          idx = memo.size();
         WL_TOP(v);
         if (memo.size() >= kMaxMemo) return error("memo is too large");
         memo[idx] = v;
@@ -616,15 +665,20 @@ Result<Value*> Unpickler::load(std::string_view data, size_t* consumed) {
       case 'h':
       case 'j': {  // BINGET, LONG_BINGET
         uint64_t idx = 0;
-        if (op == 'h') { WL_NEED(1); idx = p[i++]; }
-        else { WL_NEED(4); idx = u32(i); i += 4; }
+        if (op == 'h') {
+          WL_NEED(1);
+          idx = p[i++];
+        } else {
+          WL_NEED(4);
+          idx = u32(i);
+          i += 4;
+        }
         auto it = memo.find(idx);
         if (it == memo.end()) return error(fmt::format("memo key {} is not defined", idx));
         stack.push_back(it->second);
         break;
       }
-      default:
-        return error(fmt::format("unsupported pickle opcode 0x{:02x}", op));
+      default: return error(fmt::format("unsupported pickle opcode 0x{:02x}", op));
     }
   }
 #undef WL_NEED

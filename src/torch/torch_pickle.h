@@ -24,17 +24,37 @@
 namespace wl::pickle {
 
 enum class Kind : uint8_t {
-  kNone, kBool, kInt, kFloat, kStr, kBytes, kTuple, kList, kDict, kSet,
+  kNone,
+  kBool,
+  kInt,
+  kFloat,
+  kStr,
+  kBytes,
+  kTuple,
+  kList,
+  kDict,
+  kSet,
   kGlobal,   // an allowed class or function
   kStorage,  // a persistent_load result
   kTensor,
   kDtype,
-  kOther,    // an allowed, inert value (layout, device, OrderedDict state)
+  kOther,  // an allowed, inert value (layout, device, OrderedDict state)
 };
 
 enum class Global : uint8_t {
-  kOrderedDict, kSize, kParameter, kTensorClass, kStorageClass, kGetLayout, kDevice, kCodecsEncode,
-  kRebuildTensor, kRebuildTensorV2, kRebuildParameter, kRebuildParameterWithState, kRebuildFromTypeV2,
+  kOrderedDict,
+  kSize,
+  kParameter,
+  kTensorClass,
+  kStorageClass,
+  kGetLayout,
+  kDevice,
+  kCodecsEncode,
+  kRebuildTensor,
+  kRebuildTensorV2,
+  kRebuildParameter,
+  kRebuildParameterWithState,
+  kRebuildFromTypeV2,
   kRebuildUnsupported,  // allowed by PyTorch but not supported here (sparse, quantized, meta, nested)
 };
 
@@ -45,8 +65,8 @@ struct Value {
   std::optional<DType> dtype;  // kGlobal storage class / kDtype
   int64_t i = 0;               // kInt, kBool, kStorage/kTensor index
   double f = 0;
-  std::string s;               // kStr, kBytes, kGlobal full name
-  std::vector<Value*> items;   // kTuple, kList, kSet; kDict: key, value, key, value...
+  std::string s;              // kStr, kBytes, kGlobal full name
+  std::vector<Value*> items;  // kTuple, kList, kSet; kDict: key, value, key, value...
   std::unordered_map<std::string, size_t>* str_index = nullptr;  // kDict: str key -> position in items
 };
 

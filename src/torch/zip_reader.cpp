@@ -33,7 +33,8 @@ Status corrupt(const std::string& path, std::string what) {
 Status read_range(const RandomAccessFile& f, uint64_t off, uint64_t n, std::string* out) {
   uint64_t end = 0;
   if (!checked_add(off, n, &end) || end > f.size())
-    return Status::Corrupt(fmt::format("zip range [{}, +{}) lies past the end of the file ({} bytes)", off, n, f.size()))
+    return Status::Corrupt(
+               fmt::format("zip range [{}, +{}) lies past the end of the file ({} bytes)", off, n, f.size()))
         .with_file(f.path());
   out->resize(n);
   return f.read_at(off, std::as_writable_bytes(std::span(out->data(), out->size())));
@@ -48,12 +49,13 @@ const Entry* Archive::find(std::string_view name) const {
 
 Result<std::string> Archive::read(const Entry& e, uint64_t max_size) const {
   if (e.method != 0)
-    return Status::Unimplemented(fmt::format("zip entry '{}' is compressed (method {}); only stored entries are supported",
-                                             e.name, e.method))
+    return Status::Unimplemented(
+               fmt::format("zip entry '{}' is compressed (method {}); only stored entries are supported", e.name,
+                           e.method))
         .with_file(file_->path());
   if (e.size > max_size)
-    return Status::Corrupt(fmt::format("zip entry '{}' declares {} bytes, more than the limit of {}", e.name, e.size,
-                                       max_size))
+    return Status::Corrupt(
+               fmt::format("zip entry '{}' declares {} bytes, more than the limit of {}", e.name, e.size, max_size))
         .with_file(file_->path());
   std::string out;
   WL_RETURN_IF_ERROR(read_range(*file_, e.data_offset, e.size, &out));
@@ -79,12 +81,16 @@ Result<Archive> Archive::open(std::shared_ptr<RandomAccessFile> file) {
   }
   if (pos < 0) {
     for (int64_t i = static_cast<int64_t>(tail_len - kEocdSize); i >= 0; --i)
-      if (le32(t + i) == kEocdSig) { pos = i; break; }
+      if (le32(t + i) == kEocdSig) {
+        pos = i;
+        break;
+      }
   }
   if (pos < 0) return corrupt(path, "no end-of-central-directory record (truncated or not a zip file)");
   const uint64_t eocd_off = fsize - tail_len + static_cast<uint64_t>(pos);
   const unsigned char* e = t + pos;
-  if (le16(e + 4) != 0 || le16(e + 6) != 0) return Status::Unimplemented("multi-disk zip archives are not supported").with_file(path);
+  if (le16(e + 4) != 0 || le16(e + 6) != 0)
+    return Status::Unimplemented("multi-disk zip archives are not supported").with_file(path);
   uint64_t n_entries = le16(e + 10);
   uint64_t cd_size = le32(e + 12);
   uint64_t cd_off = le32(e + 16);
@@ -113,7 +119,8 @@ Result<Archive> Archive::open(std::shared_ptr<RandomAccessFile> file) {
   if (!checked_add(cd_off, cd_size, &cd_end) || cd_end > eocd_off)
     return corrupt(path, fmt::format("central directory [{}, +{}) does not fit before its end record at {}", cd_off,
                                      cd_size, eocd_off));
-  if (cd_size > kMaxCentralDir) return corrupt(path, fmt::format("central directory of {} bytes is too large", cd_size));
+  if (cd_size > kMaxCentralDir)
+    return corrupt(path, fmt::format("central directory of {} bytes is too large", cd_size));
   if (n_entries > kMaxEntries || n_entries > cd_size / 46)
     return corrupt(path, fmt::format("{} entries cannot fit a {}-byte central directory", n_entries, cd_size));
 
@@ -141,10 +148,12 @@ Result<Archive> Archive::open(std::shared_ptr<RandomAccessFile> file) {
     // Zip64 extended information: only the fields that are saturated appear, in this order.
     const unsigned char* x = c + p + 46 + name_len;
     uint64_t xi = 0;
-    bool need_u = en.size == 0xFFFFFFFF, need_c = en.compressed_size == 0xFFFFFFFF, need_o = en.header_offset == 0xFFFFFFFF;
+    bool need_u = en.size == 0xFFFFFFFF, need_c = en.compressed_size == 0xFFFFFFFF,
+         need_o = en.header_offset == 0xFFFFFFFF;
     while (xi + 4 <= extra_len) {
       uint16_t id = le16(x + xi), len = le16(x + xi + 2);
-      if (xi + 4 + len > extra_len) return corrupt(path, fmt::format("zip entry '{}' has a truncated extra field", en.name));
+      if (xi + 4 + len > extra_len)
+        return corrupt(path, fmt::format("zip entry '{}' has a truncated extra field", en.name));
       if (id == 0x0001) {
         const unsigned char* f = x + xi + 4;
         uint64_t fi = 0;
@@ -172,13 +181,15 @@ Result<Archive> Archive::open(std::shared_ptr<RandomAccessFile> file) {
                                        en.header_offset));
     WL_RETURN_IF_ERROR(read_range(*file, en.header_offset, 30, &lh));
     const auto* h = reinterpret_cast<const unsigned char*>(lh.data());
-    if (le32(h) != kLocalSig) return corrupt(path, fmt::format("zip entry '{}' has a bad local header signature", en.name));
+    if (le32(h) != kLocalSig)
+      return corrupt(path, fmt::format("zip entry '{}' has a bad local header signature", en.name));
     uint64_t lname = le16(h + 26), lextra = le16(h + 28);
     if (lname != name_len) return corrupt(path, fmt::format("zip entry '{}': local and central names differ", en.name));
     uint64_t data = en.header_offset + 30 + lname + lextra, data_end = 0;
     if (!checked_add(data, en.compressed_size, &data_end) || data_end > cd_off)
       return corrupt(path, fmt::format("zip entry '{}' ([{}, +{}) bytes) runs past the data area (file of {} bytes; "
-                                       "truncated?)", en.name, data, en.compressed_size, fsize));
+                                       "truncated?)",
+                                       en.name, data, en.compressed_size, fsize));
     std::string lnm;
     WL_RETURN_IF_ERROR(read_range(*file, en.header_offset + 30, lname, &lnm));
     if (lnm != en.name) return corrupt(path, fmt::format("zip entry '{}': local and central names differ", en.name));

@@ -22,11 +22,11 @@ namespace wl::zip {
 
 struct Entry {
   std::string name;
-  uint16_t method = 0;          // 0 = stored
+  uint16_t method = 0;  // 0 = stored
   uint64_t compressed_size = 0;
-  uint64_t size = 0;            // uncompressed
-  uint64_t header_offset = 0;   // local file header
-  uint64_t data_offset = 0;     // absolute offset of the entry's bytes (validated)
+  uint64_t size = 0;           // uncompressed
+  uint64_t header_offset = 0;  // local file header
+  uint64_t data_offset = 0;    // absolute offset of the entry's bytes (validated)
 };
 
 class Archive {

@@ -13,10 +13,14 @@ bool is_valid_utf8(std::string_view s) {
     }
     int n = 0;
     unsigned cp = 0;
-    if ((c & 0xE0) == 0xC0) n = 1, cp = c & 0x1F;
-    else if ((c & 0xF0) == 0xE0) n = 2, cp = c & 0x0F;
-    else if ((c & 0xF8) == 0xF0) n = 3, cp = c & 0x07;
-    else return false;
+    if ((c & 0xE0) == 0xC0)
+      n = 1, cp = c & 0x1F;
+    else if ((c & 0xF0) == 0xE0)
+      n = 2, cp = c & 0x0F;
+    else if ((c & 0xF8) == 0xF0)
+      n = 3, cp = c & 0x07;
+    else
+      return false;
     if (end - p <= n) return false;
     for (int i = 1; i <= n; ++i) {
       if ((p[i] & 0xC0) != 0x80) return false;

@@ -3,10 +3,10 @@
 #include <mpi.h>
 
 #include <chrono>
-#include <condition_variable>
-#include <cstdlib>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -97,7 +97,8 @@ struct Armed {
 
 bool fits_int(uint64_t n, const char* what, char* err, size_t errlen) {
   if (n <= static_cast<uint64_t>(INT_MAX)) return true;
-  std::snprintf(err, errlen, "%s: %llu bytes is more than one MPI call moves", what, static_cast<unsigned long long>(n));
+  std::snprintf(err, errlen, "%s: %llu bytes is more than one MPI call moves", what,
+                static_cast<unsigned long long>(n));
   return false;
 }
 
@@ -174,8 +175,8 @@ void wl_finalize() {
   }
 }
 
-const WlMpiApi kApi = {kWlMpiAbiVersion, wl_init,        wl_all_gather, wl_broadcast, wl_all_gather_u64,
-                       wl_all_gather_v,  wl_abort,       wl_finalize};
+const WlMpiApi kApi = {kWlMpiAbiVersion,  wl_init,         wl_all_gather, wl_broadcast,
+                       wl_all_gather_u64, wl_all_gather_v, wl_abort,      wl_finalize};
 
 }  // namespace
 
