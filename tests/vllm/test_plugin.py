@@ -71,8 +71,8 @@ def test_weightlift_from_the_hub_loads_while_downloading(runs, hub_model, model)
         assert (snapshots[0] / name).read_bytes() == (model / name).read_bytes()
 
 
-@pytest.mark.skipif(os.environ.get("WEIGHTLIFT_TEST_VLLM_TP2", "0") != "1",
-                    reason="two engine starts with two workers each (minutes on 2 cores): WEIGHTLIFT_TEST_VLLM_TP2=1")
+@pytest.mark.skipif(os.environ.get("WEIGHTLIFT_TEST_VLLM_TP2", "1") != "1",
+                    reason="WEIGHTLIFT_TEST_VLLM_TP2=0: two engine starts with two workers each skipped")
 def test_tensor_parallel_2_reads_the_checkpoint_once(runs, model_bytes):
     ref, ours = runs("auto-tp2"), runs("weightlift-tp2")
     _same_generation(ref, ours)
