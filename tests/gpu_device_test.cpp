@@ -845,6 +845,7 @@ TEST_F(FakeGpu, StreamGdsAutoRefusesCufilesCompatibilityMode) {
   EXPECT_EQ(stats().cufile_opens.load(), 1u);
   EXPECT_EQ(stats().cufile_reads.load(), 0u);
   // The default fake platform and driver read GPU-direct: auto keeps choosing GDS there.
+  dest->reset();  // a destination never outlives the backend it was made on
   install({});
   auto again = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kAuto});
   o.destination = again->get();
@@ -878,6 +879,7 @@ TEST_F(FakeGpu, WarmUpMakesTheRingAndCopierAheadOfTheFirstLoad) {
   ASSERT_TRUE(load_back(files, lo).ok());
   EXPECT_GT(gpu::process_costs().first_allocation_ms, 0.0);
   // WEIGHTLIFT_GPU_WARMUP=0: nothing starts.
+  dest->reset();  // a destination never outlives the backend it was made on
   gpu::fake::install({});
   ScopedEnv off("WEIGHTLIFT_GPU_WARMUP", "0");
   gpu::warm_up({DeviceKind::kCuda, 0});
@@ -916,6 +918,7 @@ TEST_F(FakeGpu, StreamRingGrowsWhileALoadRuns) {
   EXPECT_EQ(stats().slot_overwrites.load(), 0u);
   // WEIGHTLIFT_RING_GROW=0: every block before the ring is handed out.
   ScopedEnv now("WEIGHTLIFT_RING_GROW", "0");
+  dest->reset();  // a destination never outlives the backend it was made on
   gpu::fake::install({.host_alloc_delay = std::chrono::milliseconds(20)});
   ASSERT_TRUE(gpu::set_ring_options({20, kSlot, 2}).ok());
   EXPECT_EQ((*gpu::backend().ring())->free_slots(), 20u);

@@ -65,7 +65,8 @@ struct Stats {
 // The fake's table (and fresh global state) for `options`.
 Api make_api(const Options& options);
 // Makes a fresh fake the current backend (the old backend, its ring and
-// threads are torn down); stats are reset.
+// threads are torn down); stats are reset. Every destination and uploader
+// made on the old backend must be destroyed first: they hold its memory.
 void install(const Options& options = {});
 // Back to the backend detected from the machine.
 void uninstall();
