@@ -514,7 +514,11 @@ nb::bytes serialize(nb::handle tensor_dict, nb::handle metadata) {
   // Filled in place without the GIL: nobody else holds the new object yet.
   PyObject* out = PyBytes_FromStringAndSize(nullptr, static_cast<Py_ssize_t>(L.total_size));
   if (!out) throw nb::python_error();
-  char* dst = PyBytes_AS_STRING(out);
+  char* dst = PyBytes_AsString(out);  // the function: the abi3 build's limited API has no macro
+  if (!dst) {
+    Py_DECREF(out);
+    throw nb::python_error();
+  }
   {
     nb::gil_scoped_release nogil;
     std::memcpy(dst, L.prefix.data(), L.prefix.size());
