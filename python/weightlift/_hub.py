@@ -115,7 +115,10 @@ def _keep_until_final(key, source) -> None:
         finally:
             _log(source.logs())
 
-    threading.Thread(target=wait, name="weightlift-hub-" + key[0], daemon=True).start()
+    # Not a daemon: a process that ends while the blobs arrive waits for them at exit (as for any
+    # non-daemon thread) instead of tearing the interpreter down under a thread that is inside the
+    # engine, which ends the process with std::terminate when that thread comes back for the GIL.
+    threading.Thread(target=wait, name="weightlift-hub-" + key[0], daemon=False).start()
 
 
 def hub_source(repo_id: str, revision: str | None = None, cache_dir: str | None = None) -> _core.HubSource:

@@ -185,6 +185,23 @@ def _python(code, env, timeout=120):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=e, timeout=timeout)
 
 
+def test_a_process_that_exits_while_its_download_runs_ends_cleanly(server, tmp_path):
+    # download_weights_from_hf(load_while_downloading=True) returns at once; a process that ends then
+    # waits for the blobs (its finishing thread never meets the interpreter's teardown) and exits 0.
+    pytest.importorskip("weightlift")
+    env = {"HF_ENDPOINT": server.endpoint, "HF_HUB_CACHE": str(tmp_path / "c")}
+    code = ("import weightlift as wl\n"
+            "print(wl.download_weights_from_hf('org/m', None, ['*.safetensors'], load_while_downloading=True))\n")
+    for _ in range(3):
+        r = _python(code, env)
+        assert r.returncode == 0, r.stderr
+    blobs = tmp_path / "c" / "models--org--m" / "blobs"
+    for b in (S1, S2):  # both shards final, nothing partial left
+        assert (blobs / hashlib.sha256(b).hexdigest()).read_bytes() == b
+    assert not [n for n in os.listdir(blobs) if "." in n]
+    check_cache_clean(tmp_path / "c")
+
+
 def test_python_iterator_and_download_opt_in(server, tmp_path):
     pytest.importorskip("weightlift")
     env = {"HF_ENDPOINT": server.endpoint, "HF_HUB_CACHE": str(tmp_path / "c")}
