@@ -35,27 +35,7 @@ using testing::write_st;
 
 constexpr uint64_t kSlot = 64 << 10;  // small slots: tensors span several
 
-// Sets an environment variable for a scope.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 // Installs a fresh fake backend (4 slots of 64 KiB) for each test, and puts
 // the machine's own backend back afterwards.

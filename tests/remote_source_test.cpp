@@ -19,27 +19,7 @@ using testing::FakeSystemInfo;
 using testing::TempDir;
 using testing::write_bytes;
 
-// Sets (or unsets, with nullptr) an environment variable for one test.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old;
-    if (value)
-      ::setenv(name, value, 1);
-    else
-      ::unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (old_)
-      ::setenv(name_, old_->c_str(), 1);
-    else
-      ::unsetenv(name_);
-  }
-
- private:
-  const char* name_;
-  std::optional<std::string> old_;
-};
+using testing::ScopedEnv;
 
 TEST(RemoteSource, ScatterReadOfALocalFileFillsEveryPart) {
   TempDir dir;
