@@ -89,6 +89,9 @@ std::vector<Row> rows() {
   t.push_back({"auto on arriving files into a destination: stream",
                with(local(Strategy::kAuto), [](auto& r) { r.source = SourceKind::kArriving, r.dest = DestKind::kCaller; }),
                {}, Strategy::kStream});
+  t.push_back({"auto into the caller's memory streams",
+               with(local(Strategy::kAuto), [](auto& r) { r.dest = DestKind::kCaller; }), residency(1.0),
+               Strategy::kStream, false, false, false, 0, "auto: stream (the caller's memory"});
   t.push_back({"auto with no files: lazy", ReadRequest{}, {}, Strategy::kLazy, false, false, false, 0,
                "auto: no files; lazy"});
   t.push_back({"auto on URLs streams",

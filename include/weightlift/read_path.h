@@ -144,7 +144,8 @@ class GivenFacts final : public ReadFacts {
 //   distributed       always the stream strategy (the wish is ignored)
 //   auto              a device destination: stream; files still arriving:
 //                     lazy with file views into host memory of the engine's
-//                     choosing, else stream; URLs: stream; otherwise the
+//                     choosing, else stream; the caller's memory: stream;
+//                     URLs: stream; otherwise the
 //                     prefetch rule (decide_prefetch: prefetch on a network
 //                     filesystem when the checkpoint fits in 90% of the
 //                     available RAM, else lazy; lazy when a fact is missing)

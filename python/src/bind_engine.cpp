@@ -299,7 +299,6 @@ nb::dict load_into(const std::vector<std::string>& files, const PyLoadOptions& o
   wl::LoadOptions o;
   auto keep = rest.resolve(o);
   o.destination = dest.get();
-  o.file_views = false;
   o.select = [map](std::string_view n) { return map->count(std::string(n)) > 0; };
   wl::Result<wl::LoadStats> r = wl::Status::Internal("not run");
   {

@@ -48,6 +48,11 @@ void resolve_auto(const ReadRequest& r, ReadFacts& facts, ReadPath& p) {
   } else if (r.first_file.empty()) {
     p.strategy = Strategy::kLazy;
     p.log.push_back("auto: no files; lazy");
+  } else if (r.dest == DestKind::kCaller) {
+    // Memory the caller already holds (parameters, preallocated tensors):
+    // parallel reads land straight in it, no mapping to copy out of.
+    p.strategy = Strategy::kStream;
+    p.log.push_back("auto: stream (the caller's memory: parallel reads straight into it)");
   } else if (r.source == SourceKind::kRemote) {
     p.strategy = Strategy::kStream;
     p.log.push_back(fmt::format("auto: stream ({}:// is a remote source: parallel ranged reads into the tensors)",
