@@ -3,6 +3,7 @@
     options(**kw)          typed LoadOptions from keyword arguments
     open_stream(files)     the engine's background load (_core.Stream)
     iterate(files)         the load as (name, torch.Tensor), with its progress bar
+    tensors(stream, files) the same over a stream already open
     progress_bar(...)      the package's bar (tqdm, or nothing when disabled)
     enable_tqdm(flag)      bars only when asked and only on rank 0
 
@@ -132,11 +133,20 @@ def iterate(files: Iterable[str], *, desc: str = "", use_tqdm_on_load: bool = Fa
     "tensor" counts tensors, its total the engine's count once the load is
     planned; bar_options go to tqdm."""
     files = [os.fspath(f) for f in files]
-    per_file = bar_per == "file"
-    if not per_file and bar_per != "tensor":
+    if bar_per not in ("file", "tensor"):
         raise ValueError(f"bar_per must be 'file' or 'tensor', not {bar_per!r}")
     stream = open_stream(files, max_queued_bytes=max_queued_bytes, ordered=ordered, only=only, exclude=exclude,
                          **engine)
+    yield from tensors(stream, files, desc=desc, use_tqdm_on_load=use_tqdm_on_load, bar_per=bar_per,
+                       bar_options=bar_options, rename=rename, raw_dtypes=raw_dtypes, stats=stats)
+
+
+def tensors(stream: _core.Stream, files: list[str], *, desc: str = "", use_tqdm_on_load: bool = False,
+            bar_per: str = "file", bar_options: dict | None = None, rename: dict[str, str] | None = None,
+            raw_dtypes: bool | None = None, stats: dict | None = None) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """iterate() over a stream already open (a caller that starts the
+    engine's threads under its own CPU affinity); closes the stream."""
+    per_file = bar_per == "file"
     shown = bool(desc) and enable_tqdm(use_tqdm_on_load)
     bar = progress_bar(None, total=len(files) if per_file else None, desc=desc, disable=not shown,
                        **(bar_options or {}))

@@ -204,17 +204,6 @@ def instanttensor_weights_iterator(
 # ---- single tensors and PyTorch files ------------------------------------------------------------
 
 
-def safetensors_tensor_to_device(sf, name: str, device: Any, raw_dtypes: bool | None = None) -> torch.Tensor:
-    """One tensor of an open _core.SafetensorsFile read straight to `device`
-    (through the pinned ring for CUDA, never through a mapped page)."""
-    dev = _device_name(device, "safe_open(device=...)")
-    for n, dtype, shape, offset, _ in sf.tensors():
-        if n == name:
-            d, s, data = _core.read_to_device(sf.path, offset, dtype, shape, dev)
-            return to_torch(d, s, data, name, sf.path, raw_dtypes)
-    raise KeyError(f"{sf.path}: no tensor named '{name}'")
-
-
 def load_file_to_device(path: str, device: Any, raw_dtypes: bool | None = None) -> dict[str, torch.Tensor]:
     """Every tensor of a safetensors file on `device` ("cuda", "cuda:N"), by
     sorted name (as safetensors' load_file): one engine load through the

@@ -1,10 +1,12 @@
 """Fixtures of the real-vLLM tests (run with the interpreter of the venv
-scripts/vllm-venv builds; skipped where vLLM is not importable).
+scripts/vllm-venv builds; skipped where vLLM is not importable, except
+under scripts/test, WEIGHTLIFT_VLLM_REQUIRED=1, where that fails).
 
 Every vLLM engine start costs tens of seconds here, so each start is one
 session-wide run (`runs(name)`), shared by every test that compares it:
 
     auto-tp1            LLM(load_format="auto"), the reference
+    weightlift-tp1      LLM(local folder, load_format="weightlift")
     weightlift-serve    vLLM's OpenAI server with --load-format weightlift (local folder)
     weightlift-s3       LLM(s3://..., load_format="weightlift") on loopback moto
     weightlift-hub      LLM("org/tied-llama", ...) on the loopback Hub server
@@ -27,7 +29,10 @@ import time
 
 import pytest
 
-pytest.importorskip("vllm")
+if os.environ.get("WEIGHTLIFT_VLLM_REQUIRED") == "1":
+    import vllm  # noqa: F401  (scripts/test: in vLLM's venv a failed import fails, never skips)
+else:
+    pytest.importorskip("vllm")
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]

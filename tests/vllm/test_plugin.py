@@ -1,7 +1,7 @@
 """`--load-format weightlift` against vLLM's own loader, in vLLM's default
 process mode (the model is loaded in a spawned worker): greedy tokens
 identical under `vllm serve` (local folder), greedy tokens and top-5
-logprobs identical from S3, from the Hub and at tensor parallel 2."""
+logprobs identical from a local folder, S3, the Hub and at tensor parallel 2."""
 from __future__ import annotations
 
 import json
@@ -46,6 +46,17 @@ def test_vllm_serve_with_weightlift_equals_vllms_own_loader(runs, model_bytes):
     files = s["files"]
     assert bar[0] == (0, files) and bar[-1] == (files, files) and theirs[0] == (0, files)
     assert [n for n, _ in bar] == sorted(n for n, _ in bar) and len(bar) <= files + 2
+
+
+def test_a_local_folder_equals_vllms_own_loader_tokens_and_logprobs(runs, model_bytes):
+    """LLM(folder, load_format="weightlift") in vLLM's default process mode: greedy tokens and
+    top-5 logprobs identical to load_format="auto"; every byte went one way or the other."""
+    ref, ours = runs("auto-tp1"), runs("weightlift-tp1")
+    _same_generation(ref, ours)
+    assert len(ours.stats) == 1
+    s = ours.stats[0]
+    assert s["placements"] == s["confirmed"] > 0 and s["loose"] == 0 and s["materialized"] == 0
+    assert s["direct_bytes"] + s["model_bytes"] == model_bytes
 
 
 def test_weightlift_from_s3_equals_the_local_load(runs):

@@ -13,7 +13,9 @@ tensor-parallel group read the checkpoint once in total).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import glob
+import json
 import logging
 import os
 import time
@@ -26,9 +28,9 @@ from vllm.config.load import LoadConfig
 from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
 from .. import _core, _hub
-from .._engine import open_stream
+from .._engine import iterate, open_stream, tensors
 from .._engine import options as engine_options
-from .._tensors import TORCH_DTYPES, TORCH_TO_NAME, to_torch
+from .._tensors import TORCH_DTYPES, TORCH_TO_NAME
 from . import _direct, _progress
 from ._options import Options
 
@@ -39,6 +41,8 @@ SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 # Finished tensors the engine may keep ready ahead of the model (views of
 # the page cache mapped in, or owned memory for cold files).
 _LOOKAHEAD_BYTES = 64 << 20
+# A shard index read from object storage (vLLM's are a few hundred KiB).
+_MAX_INDEX_BYTES = 64 << 20
 
 
 def is_object_url(path: str) -> bool:
@@ -123,7 +127,8 @@ class WeightliftModelLoader(DefaultModelLoader):
             allow_patterns = allow_patterns_overrides
 
         if is_object_url(model_name_or_path):
-            return self._object_files(model_name_or_path, subfolder, allow_patterns, use_safetensors, index_file)
+            return self._object_files(model_name_or_path, subfolder, fmt, allow_patterns,
+                                      allow_patterns_overrides is not None, use_safetensors, index_file)
 
         is_local = os.path.isdir(model_name_or_path)
         if not is_local:
@@ -178,8 +183,6 @@ class WeightliftModelLoader(DefaultModelLoader):
         ignore = self.load_config.ignore_patterns or []
         if isinstance(ignore, str):
             ignore = [ignore]
-        import fnmatch
-
         rel = [os.path.relpath(f, source.folder) for f in files]
         if any(fnmatch.fnmatch(r, p) for r in rel for p in ignore):
             logger.info("%s: its weight files match ignore_patterns %s; downloading as vLLM does", repo, ignore)
@@ -189,17 +192,43 @@ class WeightliftModelLoader(DefaultModelLoader):
                     len(source.pending))
         return source.folder, _core.natural_sort(files), use_safetensors, SAFE_WEIGHTS_INDEX_NAME
 
-    def _object_files(self, url: str, subfolder: str | None, allow_patterns, use_safetensors, index_file):
-        """An object-storage prefix listed by the engine (its S3/GCS source):
-        *.safetensors, else *.bin, else *.pt, de-duplicated with the index,
-        training files dropped, naturally sorted (vLLM's `auto` selection)."""
+    def _object_files(self, url: str, subfolder: str | None, fmt: str, allow_patterns: list[str],
+                      overridden: bool, use_safetensors: bool, index_file: str):
+        """An object-storage prefix listed by the engine (its S3/GCS source),
+        with vLLM's selection: `hf` (no override) the engine's own (index
+        de-duplication, *.safetensors, else *.bin, else *.pt, training files
+        dropped); otherwise the first of `allow_patterns` that matches a file
+        of the prefix (vLLM's glob loop), safetensors de-duplicated with the
+        index unless the model overrode the patterns. Naturally sorted."""
+        from weightlift.vllm_compat import filter_files_not_needed_for_inference
+
         folder = url.rstrip("/")
         if subfolder:
             folder = f"{folder}/{subfolder}"
-        files, fmt = _core.find_weight_files(folder)
+        if fmt == "npcache":
+            raise ValueError(f"{url}: format 'npcache' converts files on a local disk; it does not read "
+                             f"object storage (use 'auto' or 'hf')")
+        if fmt == "hf" and not overridden:
+            files, kind = _core.find_weight_files(folder)
+            if not files:
+                raise RuntimeError(f"Cannot find any model weights with `{url}`")
+            return folder, list(files), kind == "safetensors", index_file
+        names = [n for n, is_dir, _ in _core.env_list_dir(folder) if not is_dir]
+        files: list[str] = []
+        for pattern in allow_patterns:
+            files = [f"{folder}/{n}" for n in names if fnmatch.fnmatchcase(n, pattern)]
+            if files:
+                use_safetensors = use_safetensors or pattern.endswith(".safetensors")
+                break
+        if use_safetensors and not overridden and index_file in names:
+            index = json.loads(_core.env_read_file(f"{folder}/{index_file}", _MAX_INDEX_BYTES))
+            listed = {f"{folder}/{v}" for v in (index.get("weight_map") or {}).values()}
+            files = [f for f in files if f in listed]
+        elif not use_safetensors:
+            files = filter_files_not_needed_for_inference(files)
         if not files:
-            raise RuntimeError(f"Cannot find any model weights with `{url}`")
-        return folder, list(files), fmt == "safetensors", index_file
+            raise RuntimeError(f"Cannot find any model weights with `{url}` (patterns {allow_patterns})")
+        return folder, _core.natural_sort(files), use_safetensors, index_file
 
     def download_model(self, model_config: ModelConfig) -> None:
         self._prepare_weights(self._weights_location(model_config), None, model_config.revision, True, None)
@@ -305,9 +334,8 @@ class WeightliftModelLoader(DefaultModelLoader):
 
         def read_full(name: str) -> torch.Tensor:
             n = unprefixed[name]
-            for tn, tfile, dtype, shape, data in open_stream([file_of[n]], max_queued_bytes=1 << 62, only=[n],
-                                                              strategy="auto", file_views=True):
-                return to_torch(dtype, shape, data, tn, tfile)
+            for _, t in iterate([file_of[n]], max_queued_bytes=1 << 62, only=[n], file_views=True):
+                return t
             raise KeyError(n)
 
         mat = _direct.Materializer(read_full)
@@ -336,9 +364,9 @@ class WeightliftModelLoader(DefaultModelLoader):
                 items = [(unprefixed[n], pl.region.data_ptr(), pl.nbytes, TORCH_TO_NAME[pl.dtype],
                           list(pl.shard_shape)) for n, pl in direct.items()]
                 rules = [r.replace(prefix, "", 1) if prefix else r for r in plan.shard_rules(direct)]
-                strategy = "stream" if opts.strategy == "auto" else opts.strategy
+                # The read path: choose() (auto into the caller's memory: the stream).
                 with torch.no_grad(), _cpus(opts.cpus):
-                    s1 = _core.load_into(files, engine_options(strategy=strategy, shard_rules=rules or None,
+                    s1 = _core.load_into(files, engine_options(strategy=opts.strategy, shard_rules=rules or None,
                                                                **opts.engine(**common, **into_device)), items)
                 stats["direct_seconds"] = time.perf_counter() - t1
                 stats["rss_after_direct"] = _progress.rss_bytes()
@@ -355,29 +383,24 @@ class WeightliftModelLoader(DefaultModelLoader):
             if rest:
                 rules = [r.replace(prefix, "", 1) if prefix else r
                          for r in plan.shard_rules(prefix + n for n in rest)]
-                strategy = opts.strategy
                 with _cpus(opts.cpus):  # the stream's threads start here
                     stream = open_stream(files, max_queued_bytes=max(opts.max_memory // 4, _LOOKAHEAD_BYTES),
                                          ordered=collective is None, exclude=[unprefixed[n] for n in direct] or None,
-                                         strategy=strategy, order="name", file_views=collective is None,
+                                         strategy=opts.strategy, order="name", file_views=True,
                                          shard_rules=rules or None, **opts.engine(**common))
-                try:
-                    for name, file, dtype, shape, data in stream:
-                        t = to_torch(dtype, shape, data, name, file)
-                        stats["model_tensors"] += 1
-                        stats["model_bytes"] += t.numel() * t.element_size()
-                        pname = prefix + name
-                        shard = plan.sharded.get(pname)
-                        if shard is not None:
-                            t = _direct.sharded_standin(pname, t.dtype, shapes[name], shard, t, mat)
-                        bar.done_tensors([name])
-                        yield pname, t
-                    p = stream.progress()
-                    stats["bytes_read"] += p.get("bytes_read", 0)
-                    stats["bytes_exchanged"] += p.get("bytes_exchanged", 0)
-                    stats["strategy"] = p.get("strategy")
-                finally:
-                    stream.close()
+                p: dict = {}
+                for name, t in tensors(stream, files, stats=p):
+                    stats["model_tensors"] += 1
+                    stats["model_bytes"] += t.numel() * t.element_size()
+                    pname = prefix + name
+                    shard = plan.sharded.get(pname)
+                    if shard is not None:
+                        t = _direct.sharded_standin(pname, t.dtype, shapes[name], shard, t, mat)
+                    bar.done_tensors([name])
+                    yield pname, t
+                stats["bytes_read"] += p.get("bytes_read", 0)
+                stats["bytes_exchanged"] += p.get("bytes_exchanged", 0)
+                stats["strategy"] = p.get("strategy")
         finally:
             bar.close()
         stats["rss_end"] = _progress.rss_bytes()
