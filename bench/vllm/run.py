@@ -196,7 +196,7 @@ def main() -> None:
     local = [("auto", "auto", None, None), ("safetensors prefetch", "safetensors", None, "prefetch"),
              ("runai_streamer", "runai_streamer", None, None), ("fastsafetensors", "fastsafetensors", None, None),
              ("instanttensor", "instanttensor", None, None), ("weightlift", "weightlift", None, None),
-             ("weightlift (cpus: all)", "weightlift", {"cpus": "all"}, None)]
+             ("weightlift (cpus: inherit)", "weightlift", {"cpus": "inherit"}, None)]
     if "local" in which:
         configs += [("local", lbl, str(folder), fmt, 1, {}, extra, strat, [folder]) for lbl, fmt, extra, strat in local]
     if "tp2" in which:

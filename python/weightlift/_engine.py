@@ -143,7 +143,8 @@ def iterate(files: Iterable[str], *, desc: str = "", use_tqdm_on_load: bool = Fa
 
 def tensors(stream: _core.Stream, files: list[str], *, desc: str = "", use_tqdm_on_load: bool = False,
             bar_per: str = "file", bar_options: dict | None = None, rename: dict[str, str] | None = None,
-            raw_dtypes: bool | None = None, stats: dict | None = None) -> Generator[tuple[str, torch.Tensor], None, None]:
+            raw_dtypes: bool | None = None,
+            stats: dict | None = None) -> Generator[tuple[str, torch.Tensor], None, None]:
     """iterate() over a stream already open (a caller that starts the
     engine's threads under its own CPU affinity); closes the stream."""
     per_file = bar_per == "file"

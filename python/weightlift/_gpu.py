@@ -30,7 +30,6 @@ from . import _core, _distributed, _tensors
 from ._engine import iterate
 from ._files import natural_sort
 from ._log import log_once
-from ._tensors import to_torch
 
 # ---- devices ----------------------------------------------------------------------------
 

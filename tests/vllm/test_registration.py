@@ -63,6 +63,7 @@ def test_options_are_checked():
               "into_params": False, "cpus": "all", "enable_weights_track": True}).options
     assert (o.strategy, o.threads, o.max_memory, o.direct_io, o.distributed, o.into_params, o.cpus) == \
         ("stream", 2, 1 << 28, "off", "off", False, "all")
+    assert make({}).options.cpus == "node"
     for bad, msg in (({"stratgy": "x"}, "Unexpected extra config keys"), ({"strategy": "fast"}, "strategy must be"),
                      ({"threads": -1}, "threads must be"), ({"direct_io": True}, "direct_io must be"),
                      ({"into_params": "yes"}, "into_params must be"), ({"distributed": "maybe"}, "distributed"),

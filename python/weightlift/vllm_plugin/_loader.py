@@ -12,7 +12,6 @@ tensor-parallel group read the checkpoint once in total).
 """
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import glob
 import json
@@ -31,7 +30,7 @@ from .. import _core, _hub
 from .._engine import iterate, open_stream, tensors
 from .._engine import options as engine_options
 from .._tensors import TORCH_DTYPES, TORCH_TO_NAME
-from . import _direct, _progress
+from . import _affinity, _direct, _progress
 from ._options import Options
 
 logger = logging.getLogger("weightlift.vllm")
@@ -365,7 +364,7 @@ class WeightliftModelLoader(DefaultModelLoader):
                           list(pl.shard_shape)) for n, pl in direct.items()]
                 rules = [r.replace(prefix, "", 1) if prefix else r for r in plan.shard_rules(direct)]
                 # The read path: choose() (auto into the caller's memory: the stream).
-                with torch.no_grad(), _cpus(opts.cpus):
+                with torch.no_grad(), _affinity.widened(opts.cpus):
                     s1 = _core.load_into(files, engine_options(strategy=opts.strategy, shard_rules=rules or None,
                                                                **opts.engine(**common, **into_device)), items)
                 stats["direct_seconds"] = time.perf_counter() - t1
@@ -383,7 +382,7 @@ class WeightliftModelLoader(DefaultModelLoader):
             if rest:
                 rules = [r.replace(prefix, "", 1) if prefix else r
                          for r in plan.shard_rules(prefix + n for n in rest)]
-                with _cpus(opts.cpus):  # the stream's threads start here
+                with _affinity.widened(opts.cpus):  # the stream's threads start here
                     stream = open_stream(files, max_queued_bytes=max(opts.max_memory // 4, _LOOKAHEAD_BYTES),
                                          ordered=collective is None, exclude=[unprefixed[n] for n in direct] or None,
                                          strategy=opts.strategy, order="name", file_views=True,
@@ -426,26 +425,6 @@ class WeightliftModelLoader(DefaultModelLoader):
                 f"({names}), and their bytes overlap parameters it did take: the weights may be wrong. Load "
                 f"with --model-loader-extra-config '{{\"into_params\": false}}' and report the model at "
                 f"weightlift's issue tracker.")
-
-
-@contextlib.contextmanager
-def _cpus(which: str):
-    """The calling thread's CPU affinity for the duration of an engine call,
-    which the engine's threads (started from this thread) inherit: "all"
-    widens it to every CPU the cgroup allows; "inherit" leaves it."""
-    if which != "all" or not hasattr(os, "sched_setaffinity"):
-        yield
-        return
-    before = os.sched_getaffinity(0)
-    try:
-        os.sched_setaffinity(0, range(os.cpu_count() or 1))  # the kernel keeps it within the cgroup's cpuset
-    except OSError:
-        yield
-        return
-    try:
-        yield
-    finally:
-        os.sched_setaffinity(0, before)
 
 
 def _nbytes(dtype: str, shape) -> int:

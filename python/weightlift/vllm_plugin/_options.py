@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from . import _affinity
+
 # vLLM's DefaultModelLoader keys, passed through to it unchanged.
 DEFAULT_LOADER_KEYS = ("enable_multithread_load", "num_threads", "enable_weights_track")
 
@@ -41,12 +43,12 @@ class Options:
     # vLLM's file selection, as `--load-format` would pick ("auto": *.safetensors,
     # else *.bin, else *.pt; mistral's consolidated files when present).
     format: str = "auto"
-    # CPUs the engine's I/O threads may run on during the load: "inherit" (the
-    # worker's binding; vLLM's CPU backend pins each worker to its compute
-    # cores) or "all" (every CPU this process's cgroup allows, for the load
-    # only: filling fresh parameter memory is CPU work, and the cores vLLM
-    # keeps for its engine core sit idle while the model loads).
-    cpus: str = "inherit"
+    # CPUs the engine's I/O threads may run on during the load (_affinity.py):
+    # "node" every CPU of the NUMA node(s) the worker is bound to (parameter
+    # pages stay on its node; vLLM's CPU backend pins a worker to its compute
+    # cores, and the rest of the node idles while the model loads), "inherit"
+    # the worker's binding, "all" every CPU the cgroup allows.
+    cpus: str = "node"
 
     @classmethod
     def parse(cls, extra: dict) -> tuple[Options, dict]:
@@ -66,7 +68,7 @@ class Options:
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise ValueError(f"weightlift option {k} must be a non-negative integer, got {v!r}")
         for k, allowed in (("strategy", _STRATEGIES), ("format", _FORMATS), ("direct_io", _TRISTATE),
-                           ("cpus", ("inherit", "all"))):
+                           ("cpus", _affinity.CHOICES)):
             v = kw.get(k, getattr(cls, k))
             if v not in allowed:
                 raise ValueError(f"weightlift option {k} must be one of {list(allowed)}, got {v!r}")
