@@ -47,7 +47,12 @@ def main() -> None:
     if prompts:
         sp = SamplingParams(temperature=0.0, max_tokens=int(args.get("max_tokens", 8)),
                             logprobs=int(args.get("logprobs", 5)), ignore_eos=True, seed=0)
-        res = llm.generate([{"prompt_token_ids": p} for p in prompts], sp, use_tqdm=False)
+        # One prompt at a time: in vLLM's default mode the requests reach the
+        # engine core over a socket, so two prompts given together may be
+        # scheduled in one batch or in two depending on timing, and a CPU
+        # GEMM's rounding depends on the batch's shape (logprobs then differ
+        # in the last bits with identical weights).
+        res = [llm.generate([{"prompt_token_ids": p}], sp, use_tqdm=False)[0] for p in prompts]
         out["tokens"] = [list(r.outputs[0].token_ids) for r in res]
         out["logprobs"] = [[sorted((int(k), float(v.logprob)) for k, v in step.items())
                             for step in r.outputs[0].logprobs] for r in res]
