@@ -182,7 +182,11 @@ def main() -> None:
     ap.add_argument("--formats", default="", help="comma list to restrict (auto,safetensors-prefetch,...)")
     ap.add_argument("--model-dir", default=os.path.join(tempfile.gettempdir(), "wl-bench-vllm"))
     ap.add_argument("--out", default=str(ROOT / "bench" / "results" / "vllm.json"))
+    ap.add_argument("--reprint", action="store_true", help="print the table of --out again (no runs)")
     a = ap.parse_args()
+    if a.reprint:
+        reprint(a.out)
+        return
 
     folder = pathlib.Path(a.model_dir) / f"llama-{a.size}"
     if not (folder / "config.json").exists():
@@ -242,7 +246,7 @@ def main() -> None:
                     else:
                         warm(cached)
                     # The first run of each format and place also generates: its greedy tokens must be
-                    # vLLM's own loader's (auto at TP 1 on the local folder).
+                    # vLLM's own loader's at the same TP size (same_tokens).
                     check = rep == 0 and cache == caches[0]
                     try:
                         r = run_once(model, fmt, tp, env, extra, strat, prompts=PROMPTS if check else None)
@@ -263,8 +267,7 @@ def main() -> None:
         if server is not None:
             server.stop()
 
-    reference = tokens.get("local|auto")
-    same = {k: (None if reference is None else v == reference) for k, v in tokens.items()}
+    same = same_tokens(tokens)
     table = []
     for key, rs in results.items():
         cache, group, label = key.split("|")
@@ -280,6 +283,29 @@ def main() -> None:
         json.dump({"model_bytes": model_bytes, "size": a.size, "rows": table, "skipped": skipped, "runs": results,
                    "tokens": tokens}, f, indent=1)
     print_table(table, skipped, model_bytes)
+
+
+def same_tokens(tokens: dict) -> dict:
+    """Each format's greedy tokens against vLLM's own loader at the same
+    tensor-parallel size: `auto` of its group (tp2), else `auto` on the local
+    folder (TP 1). TP 2 rounds differently from TP 1 (its GEMMs reduce over
+    shards), so its tokens are compared with auto's at TP 2."""
+    out = {}
+    for k, v in tokens.items():
+        group = k.split("|")[0]
+        ref = tokens.get(f"{group}|auto", tokens.get("local|auto"))
+        out[k] = None if ref is None else v == ref
+    return out
+
+
+def reprint(path: str) -> None:
+    """The table of a results file written before (--reprint)."""
+    with open(path) as f:
+        d = json.load(f)
+    same = same_tokens(d.get("tokens", {}))
+    for r in d["rows"]:
+        r["tokens_as_auto"] = same.get(f"{r['group']}|{r['format']}")
+    print_table(d["rows"], d.get("skipped", {}), d["model_bytes"])
 
 
 def print_table(table, skipped, model_bytes) -> None:
