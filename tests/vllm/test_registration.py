@@ -202,3 +202,47 @@ print("RESULT", mc.model_weights, mc.architecture, *sorted(__import__("os").list
     assert r.returncode == 0, (r.stdout + r.stderr)[-3000:]
     result = next(line for line in r.stdout.splitlines() if line.startswith("RESULT"))
     assert result.split()[1:] == [url, "LlamaForCausalLM", "config.json", "model.safetensors.index.json"]
+
+
+def test_object_storage_weights_are_chosen_with_the_index(s3_model, model):
+    """An s3:// prefix is chosen from as vLLM chooses from a folder: a safetensors file the index does not
+    name (a consolidated copy beside the shards) is left out, naturally ordered; an index that names a
+    missing shard is an error naming it (the engine's index rule, read through its S3 source)."""
+    import boto3
+    from botocore.config import Config
+
+    url, env = s3_model
+    c = boto3.client("s3", endpoint_url=env["AWS_ENDPOINT_URL"], region_name=env["AWS_REGION"],
+                     aws_access_key_id=env["AWS_ACCESS_KEY_ID"], aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+                     config=Config(s3={"addressing_style": "path"}))
+    shards = sorted(p.name for p in model.glob("*.safetensors"))
+    index = json.loads((model / "model.safetensors.index.json").read_text())
+    for prefix, names in (("dup", shards), ("missing", shards[1:])):
+        for n in names:
+            c.upload_file(str(model / n), "models", f"{prefix}/{n}")
+        c.upload_file(str(model / shards[0]), "models", f"{prefix}/consolidated.safetensors")
+        c.put_object(Bucket="models", Key=f"{prefix}/model.safetensors.index.json", Body=json.dumps(index).encode())
+    code = """
+import json, sys
+from vllm.config.load import LoadConfig
+from weightlift.vllm_plugin._loader import WeightliftModelLoader
+loader = WeightliftModelLoader(LoadConfig(load_format="weightlift"))
+folder, files, st, _ = loader._prepare_weights("s3://models/dup", None, None, True, None)
+print("FILES", json.dumps([folder, files, st]))
+try:
+    loader._prepare_weights("s3://models/missing/", None, None, True, None)
+except Exception as e:
+    print("ERROR", type(e).__name__, e)
+"""
+    r = subprocess.run([sys.executable, "-c", code], env=dict(os.environ, **env), capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = r.stdout.splitlines()
+    folder, files, st = json.loads(next(line for line in out if line.startswith("FILES"))[6:])
+    assert (folder, st) == ("s3://models/dup", True)
+    # The shards the index names, naturally ordered: no consolidated.safetensors, and not the fixture's
+    # shard that held only the untied lm_head (dropped from the index when the embeddings were tied).
+    named = sorted(set(index["weight_map"].values()))
+    assert named != shards and files == [f"s3://models/dup/{n}" for n in named]
+    err = next(line for line in out if line.startswith("ERROR"))
+    assert "FileNotFoundError" in err and shards[0] in err and "does not exist" in err, err

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import json
 import logging
 import os
 import time
@@ -40,8 +39,6 @@ SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 # Finished tensors the engine may keep ready ahead of the model (views of
 # the page cache mapped in, or owned memory for cold files).
 _LOOKAHEAD_BYTES = 64 << 20
-# A shard index read from object storage (vLLM's are a few hundred KiB).
-_MAX_INDEX_BYTES = 64 << 20
 
 
 def is_object_url(path: str) -> bool:
@@ -199,7 +196,7 @@ class WeightliftModelLoader(DefaultModelLoader):
         dropped); otherwise the first of `allow_patterns` that matches a file
         of the prefix (vLLM's glob loop), safetensors de-duplicated with the
         index unless the model overrode the patterns. Naturally sorted."""
-        from weightlift.vllm_compat import filter_files_not_needed_for_inference
+        from weightlift.vllm_compat import filter_duplicate_safetensors_files, filter_files_not_needed_for_inference
 
         folder = url.rstrip("/")
         if subfolder:
@@ -219,10 +216,8 @@ class WeightliftModelLoader(DefaultModelLoader):
             if files:
                 use_safetensors = use_safetensors or pattern.endswith(".safetensors")
                 break
-        if use_safetensors and not overridden and index_file in names:
-            index = json.loads(_core.env_read_file(f"{folder}/{index_file}", _MAX_INDEX_BYTES))
-            listed = {f"{folder}/{v}" for v in (index.get("weight_map") or {}).values()}
-            files = [f for f in files if f in listed]
+        if use_safetensors and not overridden:
+            files = filter_duplicate_safetensors_files(files, folder, index_file)  # the index read through the Env
         elif not use_safetensors:
             files = filter_files_not_needed_for_inference(files)
         if not files:
