@@ -249,8 +249,13 @@ void Copier::run() {
       events_.push_back(s.event);
     }
     if (s.slot != kNoSlot) ring_->release(s.slot);  // before `done`: readers go on while the sink runs
-    if (s.done) s.done(st);
-    s.owner->done(s.done ? st : Status());
+    const bool sink = static_cast<bool>(s.done);
+    if (sink) s.done(st);
+    // The sink's captures (a stream's mapped files, which unregister through
+    // the uploader) go before the owner hears the copy is done: after that
+    // the load may end and its destination free the uploader.
+    s.done = nullptr;
+    s.owner->done(sink ? st : Status());
   }
 }
 
