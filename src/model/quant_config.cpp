@@ -153,35 +153,48 @@ Result<json> parse_argument(const std::string& text, const char* what) {
   return j;
 }
 
-Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const QuantConfigInputs& in) {
-  if (rq.quantization.empty()) return Status::InvalidArgument("the model's quantization method is not specified");
-  WL_ASSIGN_OR_RETURN(std::vector<std::string> filenames, quant_config_filenames(rq.quantization));
-
-  // The folder is fetched at most once (config.json and the lookup share it).
-  std::optional<std::string> folder;
-  auto get_folder = [&]() -> Result<std::string> {
-    if (!folder) {
-      WL_ASSIGN_OR_RETURN(std::string f, json_folder(rq.model, rq.revision, rq.download_dir, rq.download));
-      folder = f;
+// The model's JSON folder, fetched at most once (config.json and the file
+// lookup share it).
+class JsonFolder {
+ public:
+  explicit JsonFolder(const QuantConfigRequest& rq) : rq_(rq) {}
+  Result<std::string> get() {
+    if (!folder_) {
+      WL_ASSIGN_OR_RETURN(std::string f, json_folder(rq_.model, rq_.revision, rq_.download_dir, rq_.download));
+      folder_ = f;
     }
-    return *folder;
-  };
+    return *folder_;
+  }
 
-  // model_config.hf_config
+ private:
+  const QuantConfigRequest& rq_;
+  std::optional<std::string> folder_;
+};
+
+// model_config.hf_config: the caller's, else <folder>/config.json ({} when
+// there is none); *config_path gets the file it was read from.
+Result<json> model_config(const QuantConfigRequest& rq, const QuantConfigInputs& in, JsonFolder& folder,
+                          std::string* config_path) {
   json hf_config = json::object();
-  std::string config_path;
   if (in.hf_config) {
     hf_config = *in.hf_config;
   } else if (Env::Default()->is_directory(rq.model) || rq.download) {
-    WL_ASSIGN_OR_RETURN(std::string f, get_folder());
-    config_path = join_path(f, "config.json");
-    if (Env::Default()->exists(config_path)) {
-      WL_ASSIGN_OR_RETURN(hf_config, read_json_file(config_path));
+    WL_ASSIGN_OR_RETURN(std::string f, folder.get());
+    *config_path = join_path(f, "config.json");
+    if (Env::Default()->exists(*config_path)) {
+      WL_ASSIGN_OR_RETURN(hf_config, read_json_file(*config_path));
     }
   }
   if (!hf_config.is_object())
-    return Status::InvalidArgument("the model config is not a JSON object").with_file(config_path);
+    return Status::InvalidArgument("the model config is not a JSON object").with_file(*config_path);
+  return hf_config;
+}
 
+// The quantization config the model config carries (quantization_config,
+// text_config.quantization_config or compression_config); nullopt when it
+// carries none, or when the method must read its file anyway.
+Result<std::optional<QuantConfigFound>> from_model_config(const QuantConfigRequest& rq, const json& hf_config,
+                                                          const std::string& config_path) {
   QuantConfigFound out;
   out.file = config_path;
   const json* hf_quant = attr(&hf_config, "quantization_config");
@@ -195,34 +208,35 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
     hf_quant = attr(&hf_config, "compression_config");
     out.source = QuantConfigSource::kCompressionConfig;
   }
-
-  if (hf_quant) {
-    if (!hf_quant->is_object())
-      return Status::InvalidArgument(
-                 fmt::format("the {} of the model config is not a JSON object", quant_config_source_name(out.source)))
-          .with_file(config_path);
-    json q = *hf_quant;
-    // compressed-tensors: pass the head counts for TP-aware attention-scale loading.
-    auto method = q.find("quant_method");
-    if (method != q.end() && *method == "compressed-tensors" && q.contains("config_groups")) {
-      const json* owner = text_config ? text_config : &hf_config;
-      const json* heads = attr(owner, "num_attention_heads");
-      const json* kv_heads = attr(owner, "num_key_value_heads");
-      q["total_num_heads"] = heads ? *heads : json(nullptr);
-      q["total_num_kv_heads"] = kv_heads ? *kv_heads : (heads ? *heads : json(nullptr));
-    }
-    // modelopt_mixed without the per-layer map: older checkpoints keep it in
-    // hf_quant_config.json only, so fall through to the file lookup.
-    if (!(rq.quantization == "modelopt_mixed" && !q.contains("quantized_layers"))) {
-      out.config = std::move(q);
-      return out;
-    }
+  if (!hf_quant) return std::nullopt;
+  if (!hf_quant->is_object())
+    return Status::InvalidArgument(
+               fmt::format("the {} of the model config is not a JSON object", quant_config_source_name(out.source)))
+        .with_file(config_path);
+  json q = *hf_quant;
+  // compressed-tensors: pass the head counts for TP-aware attention-scale loading.
+  auto method = q.find("quant_method");
+  if (method != q.end() && *method == "compressed-tensors" && q.contains("config_groups")) {
+    const json* owner = text_config ? text_config : &hf_config;
+    const json* heads = attr(owner, "num_attention_heads");
+    const json* kv_heads = attr(owner, "num_key_value_heads");
+    q["total_num_heads"] = heads ? *heads : json(nullptr);
+    q["total_num_kv_heads"] = kv_heads ? *kv_heads : (heads ? *heads : json(nullptr));
   }
-  out.file.clear();
+  // modelopt_mixed without the per-layer map: older checkpoints keep it in
+  // hf_quant_config.json only, so fall through to the file lookup.
+  if (rq.quantization == "modelopt_mixed" && !q.contains("quantized_layers")) return std::nullopt;
+  out.config = std::move(q);
+  return out;
+}
 
-  if (!in.hf_overrides.is_object())
+// hf_overrides.quantization_config_file / quantization_config_dict_json
+// (torchao only); nullopt when neither is set.
+Result<std::optional<QuantConfigFound>> from_overrides(const QuantConfigRequest& rq, const json& hf_overrides) {
+  if (!hf_overrides.is_object())
     return Status::InvalidArgument("hf_overrides must be a JSON object to look up the quantization config in it");
-  if (const json* file = attr(&in.hf_overrides, "quantization_config_file")) {
+  QuantConfigFound out;
+  if (const json* file = attr(&hf_overrides, "quantization_config_file")) {
     if (!has_from_config_file(rq.quantization))
       return Status::Unimplemented(fmt::format(
           "hf_overrides sets quantization_config_file, but the {} method cannot read a config file", rq.quantization));
@@ -235,7 +249,7 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
     out.file = path;
     return out;
   }
-  if (const json* text = attr(&in.hf_overrides, "quantization_config_dict_json")) {
+  if (const json* text = attr(&hf_overrides, "quantization_config_dict_json")) {
     if (!has_from_config_file(rq.quantization))
       return Status::Unimplemented(
           fmt::format("hf_overrides sets quantization_config_dict_json, but the {} method cannot read a config dict",
@@ -248,19 +262,14 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
     out.source = QuantConfigSource::kOverrideDictJson;
     return out;
   }
+  return std::nullopt;
+}
 
-  if (in.online) {
-    out.config = *in.online;
-    out.source = QuantConfigSource::kOnline;
-    return out;
-  }
-  if (rq.quantization == "bitsandbytes") {
-    out.config = json::object();
-    out.source = QuantConfigSource::kInflightBitsandbytes;
-    return out;
-  }
-
-  WL_ASSIGN_OR_RETURN(std::string dir, get_folder());
+// The method's config file in the model's folder `dir`: exactly one of the
+// *.json files must end with one of `filenames` (none: the method's defaults).
+Result<QuantConfigFound> from_file(const QuantConfigRequest& rq, const std::vector<std::string>& filenames,
+                                   const std::string& dir) {
+  QuantConfigFound out;
   out.folder = dir;
   if (filenames.empty()) {
     out.config = json::object();
@@ -286,7 +295,7 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
   out.file = path;
   out.source = QuantConfigSource::kFile;
   if (rq.quantization == "bitsandbytes") {
-    // Unreachable, as in the reference: in-flight bitsandbytes returned above.
+    // Unreachable, as in the reference: in-flight bitsandbytes returned earlier.
     if (!config.is_object()) return Status::InvalidArgument("the config file is not a JSON object").with_file(path);
     config["adapter_name_or_path"] = rq.model;
   } else if (rq.quantization == "modelopt" || rq.quantization == "modelopt_mixed") {
@@ -300,6 +309,25 @@ Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const Q
   }
   out.config = std::move(config);
   return out;
+}
+
+// The reference's lookup, first found wins: the model config, hf_overrides,
+// the online arguments, in-flight bitsandbytes, the method's file.
+Result<QuantConfigFound> find_quant_config(const QuantConfigRequest& rq, const QuantConfigInputs& in) {
+  if (rq.quantization.empty()) return Status::InvalidArgument("the model's quantization method is not specified");
+  WL_ASSIGN_OR_RETURN(std::vector<std::string> filenames, quant_config_filenames(rq.quantization));
+  JsonFolder folder(rq);
+  std::string config_path;
+  WL_ASSIGN_OR_RETURN(json hf_config, model_config(rq, in, folder, &config_path));
+  WL_ASSIGN_OR_RETURN(std::optional<QuantConfigFound> found, from_model_config(rq, hf_config, config_path));
+  if (found) return std::move(*found);
+  WL_ASSIGN_OR_RETURN(found, from_overrides(rq, in.hf_overrides));
+  if (found) return std::move(*found);
+  if (in.online) return QuantConfigFound{*in.online, QuantConfigSource::kOnline, {}, {}};
+  if (rq.quantization == "bitsandbytes")
+    return QuantConfigFound{json::object(), QuantConfigSource::kInflightBitsandbytes, {}, {}};
+  WL_ASSIGN_OR_RETURN(std::string dir, folder.get());
+  return from_file(rq, filenames, dir);
 }
 
 }  // namespace
