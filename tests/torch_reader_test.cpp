@@ -244,6 +244,187 @@ TEST(TorchPickle, RejectsBadStreams) {
   }
 }
 
+// Every opcode the unpickler accepts, in one pickle (a list of what each
+// pushes), and the values it decodes to.
+TEST(TorchPickle, DecodesEveryOpcodeItAccepts) {
+  using namespace std::string_view_literals;
+  std::string p;
+  auto op = [&](std::string_view bytes) { p.append(bytes.data(), bytes.size()); };
+  auto u32 = [&](uint32_t v) {
+    for (int k = 0; k < 4; ++k) p += static_cast<char>((v >> (8 * k)) & 0xff);
+  };
+  auto u64 = [&](uint64_t v) {
+    for (int k = 0; k < 8; ++k) p += static_cast<char>((v >> (8 * k)) & 0xff);
+  };
+  auto s1 = [&](std::string_view s) {  // SHORT_BINUNICODE
+    p += '\x8c';
+    p += static_cast<char>(s.size());
+    op(s);
+  };
+  op("\x80\x04"sv);  // PROTO 4
+  p += '\x95';       // FRAME
+  u64(1000);
+  op("("sv);  // MARK: the list of results
+  // 0-10: numbers, booleans, None
+  op("J"sv);  // BININT -2
+  u32(0xfffffffe);
+  op("K\x07"sv);             // BININT1 7
+  op("M\x00\x01"sv);         // BININT2 256
+  op("\x8a\x01\xff"sv);      // LONG1 -1
+  op("\x8a\x02\x00\x80"sv);  // LONG1 -32768
+  op("\x8a\x00"sv);          // LONG1 0
+  op("\x8a\x09"sv);          // LONG1 of 9 bytes: kept raw
+  op("123456789"sv);
+  op("\x88\x89N"sv);                          // NEWTRUE NEWFALSE NONE
+  op("G\x3f\xf8\x00\x00\x00\x00\x00\x00"sv);  // BINFLOAT 1.5
+  // 11-18: strings and bytes
+  op("X"sv);  // BINUNICODE
+  u32(2);
+  op("ab"sv);
+  s1("c");
+  p += '\x8d';  // BINUNICODE8
+  u64(1);
+  op("d"sv);
+  op("U\x01"
+     "e"sv);  // SHORT_BINSTRING
+  op("T"sv);  // BINSTRING
+  u32(1);
+  op("f"sv);
+  op("C\x01"
+     "g"sv);  // SHORT_BINBYTES
+  op("B"sv);  // BINBYTES
+  u32(1);
+  op("h"sv);
+  p += '\x8e';  // BINBYTES8
+  u64(1);
+  op("i"sv);
+  // 19-26: tuples, lists, sets
+  op(")"sv);                       // EMPTY_TUPLE
+  op("K\x01\x85"sv);               // TUPLE1
+  op("K\x01K\x02\x86"sv);          // TUPLE2
+  op("K\x01K\x02K\x03\x87"sv);     // TUPLE3
+  op("(K\x01K\x02K\x03K\x04t"sv);  // MARK ... TUPLE
+  op("(K\x05l"sv);                 // MARK ... LIST
+  op("]K\x06"
+     "a(K\x07K\x08"
+     "e"sv);                    // EMPTY_LIST APPEND MARK ... APPENDS
+  op("\x8f(K\x01K\x02\x90"sv);  // EMPTY_SET MARK ... ADDITEMS
+  // 27-29: dicts
+  op("("sv);
+  s1("a");
+  op("K\x01"sv);
+  s1("b");
+  op("K\x02"
+     "d"sv);  // DICT {a: 1, b: 2}
+  op("}"sv);
+  s1("a");
+  op("K\x01s("sv);  // EMPTY_DICT SETITEM MARK
+  s1("a");
+  op("K\x09"sv);
+  s1("c");
+  op("K\x03u"sv);                         // SETITEMS: {a: 9, c: 3}
+  op("ccollections\nOrderedDict\n)R"sv);  // GLOBAL EMPTY_TUPLE REDUCE: OrderedDict()
+  // 30: STACK_GLOBAL of a dtype
+  s1("torch");
+  s1("float32");
+  op("\x93"sv);
+  // 31-36: the memo
+  op("K\x2aq\x01h\x01"sv);  // BININT1 BINPUT 1; BINGET 1
+  op("K\x2br"sv);           // LONG_BINPUT 300
+  u32(300);
+  op("j"sv);  // LONG_BINGET 300
+  u32(300);
+  op("K\x2c\x94h\x02"sv);  // MEMOIZE (memo index 2), BINGET 2
+  // 37-38: DUP; POP and POP_MARK leave nothing
+  op("K\x2d"
+     "2"sv);
+  op("K\x63"
+     "0(K\x01K\x02"
+     "1"sv);
+  // 39: a Parameter made by NEWOBJ from a tensor rebuilt from a persistent storage, then BUILD
+  op("ctorch.nn.parameter\nParameter\n"sv);
+  op("ctorch._utils\n_rebuild_tensor_v2\n(("sv);
+  s1("storage");
+  op("ctorch\nFloatStorage\n"sv);
+  s1("0");
+  s1("cpu");
+  op("K\x04tQK\x00K\x04\x85K\x01\x85\x89)t"sv);  // BINPERSID, offset, size, stride, requires_grad, hooks
+  op("R\x88\x86\x81"sv);                         // REDUCE; (tensor, True); NEWOBJ
+  op("Nb"sv);                                    // BUILD with a None state
+  op("l."sv);                                    // LIST, STOP
+
+  std::vector<pickle::StorageRequest> storages;
+  pickle::Unpickler u("all.pkl", [&](const pickle::StorageRequest& r) -> Result<size_t> {
+    storages.push_back(r);
+    return storages.size() - 1;
+  });
+  size_t consumed = 0;
+  auto r = u.load(p, &consumed);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  EXPECT_EQ(consumed, p.size());
+  const pickle::Value* root = *r;
+  ASSERT_EQ(root->kind, pickle::Kind::kList);
+  const auto& v = root->items;
+  ASSERT_EQ(v.size(), 40u);
+  const int64_t ints[] = {-2, 7, 256, -1, -32768, 0};
+  for (size_t k = 0; k < 6; ++k) {
+    EXPECT_EQ(v[k]->kind, pickle::Kind::kInt) << k;
+    EXPECT_EQ(v[k]->i, ints[k]) << k;
+  }
+  EXPECT_EQ(v[6]->kind, pickle::Kind::kOther);
+  EXPECT_EQ(v[6]->s, "123456789");
+  EXPECT_EQ(v[7]->kind, pickle::Kind::kBool);
+  EXPECT_EQ(v[7]->i, 1);
+  EXPECT_EQ(v[8]->i, 0);
+  EXPECT_EQ(v[9]->kind, pickle::Kind::kNone);
+  EXPECT_EQ(v[10]->kind, pickle::Kind::kFloat);
+  EXPECT_EQ(v[10]->f, 1.5);
+  const char* strs[] = {"ab", "c", "d", "e", "f", "g", "h", "i"};
+  for (size_t k = 0; k < 8; ++k) {
+    EXPECT_EQ(v[11 + k]->kind, k < 5 ? pickle::Kind::kStr : pickle::Kind::kBytes) << k;
+    EXPECT_EQ(v[11 + k]->s, strs[k]);
+  }
+  const size_t tuple_sizes[] = {0, 1, 2, 3, 4};
+  for (size_t k = 0; k < 5; ++k) {
+    EXPECT_EQ(v[19 + k]->kind, pickle::Kind::kTuple) << k;
+    EXPECT_EQ(v[19 + k]->items.size(), tuple_sizes[k]) << k;
+  }
+  EXPECT_EQ(v[22]->items[2]->i, 3);
+  EXPECT_EQ(v[24]->kind, pickle::Kind::kList);
+  ASSERT_EQ(v[24]->items.size(), 1u);
+  EXPECT_EQ(v[24]->items[0]->i, 5);
+  ASSERT_EQ(v[25]->items.size(), 3u);
+  EXPECT_EQ(v[25]->items[0]->i, 6);
+  EXPECT_EQ(v[25]->items[2]->i, 8);
+  EXPECT_EQ(v[26]->kind, pickle::Kind::kSet);
+  EXPECT_EQ(v[26]->items.size(), 2u);
+  auto dict = [](const pickle::Value* d) {
+    std::vector<std::pair<std::string, int64_t>> out;
+    for (size_t k = 0; k + 1 < d->items.size(); k += 2) out.emplace_back(d->items[k]->s, d->items[k + 1]->i);
+    return out;
+  };
+  using Items = std::vector<std::pair<std::string, int64_t>>;
+  EXPECT_EQ(v[27]->kind, pickle::Kind::kDict);
+  EXPECT_EQ(dict(v[27]), (Items{{"a", 1}, {"b", 2}}));
+  EXPECT_EQ(dict(v[28]), (Items{{"a", 9}, {"c", 3}}));  // the later value wins
+  EXPECT_EQ(v[29]->kind, pickle::Kind::kDict);
+  EXPECT_TRUE(v[29]->ordered);
+  EXPECT_EQ(v[30]->kind, pickle::Kind::kDtype);
+  EXPECT_EQ(v[30]->dtype, DType::F32);
+  for (size_t k = 31; k < 37; ++k) EXPECT_EQ(v[k]->i, 0x2a + static_cast<int64_t>(k - 31) / 2) << k;
+  EXPECT_EQ(v[37]->i, 0x2d);
+  EXPECT_EQ(v[37], v[38]);  // DUP: the same object
+  EXPECT_EQ(v[39]->kind, pickle::Kind::kTensor);
+  ASSERT_EQ(u.tensors().size(), 1u);
+  EXPECT_TRUE(u.tensors()[0].is_parameter);
+  EXPECT_TRUE(u.tensors()[0].requires_grad);
+  EXPECT_EQ(u.tensors()[0].sizes, (Shape{4}));
+  ASSERT_EQ(storages.size(), 1u);
+  EXPECT_EQ(storages[0].key, "0");
+  EXPECT_EQ(storages[0].dtype, DType::F32);
+  EXPECT_EQ(storages[0].numel, 4u);
+}
+
 TEST(TorchPickle, DeepNestingAndCyclesAreBounded) {
   // A list that contains itself: flattening must stop at the depth limit.
   pickle::Unpickler u("cyc.pkl", nullptr);

@@ -109,6 +109,8 @@ class Unpickler {
   const std::vector<TensorRec>& tensors() const { return tensors_; }
 
  private:
+  struct Machine;  // one load(): its stack, marks and memo, and a handler per opcode
+
   Value* make(Kind k);
   Status error(std::string what) const;
   Result<Value*> call(Value* func, Value* args);
