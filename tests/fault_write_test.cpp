@@ -10,6 +10,7 @@
 #include "fault_injection_env.h"
 #include "test_util.h"
 #include "weightlift/convert.h"
+#include "weightlift/np_cache.h"
 #include "weightlift/npy.h"
 #include "weightlift/safetensors.h"
 

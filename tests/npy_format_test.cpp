@@ -10,6 +10,7 @@
 #include "test_util.h"
 #include "weightlift/checkpoint.h"
 #include "weightlift/hash.h"
+#include "weightlift/np_cache.h"
 #include "weightlift/npy.h"
 #include "weightlift/safetensors.h"
 

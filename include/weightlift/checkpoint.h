@@ -1,53 +1,44 @@
-// weightlift/checkpoint.h: one reader interface over every weight-file format
-// (safetensors, PyTorch .bin/.pt, NumPy .npy), so that `ls`, `load`, the
-// engine and the Python package treat them alike.
+// weightlift/checkpoint.h: every weight-file format the library reads, behind
+// one reader interface (CheckpointReader, format.h), so that `ls`, `load`, the
+// engine and the Python package treat them alike: the registry of formats,
+// and open_checkpoint(), which picks one for a file.
 //
-// Thread-safety: a CheckpointReader is immutable after open; read() and
-// view() may be called from many threads.
+// The registry is one table (src/checkpoint/checkpoint.cpp) of the records
+// the formats declare in their own headers; it stands above them, and no
+// format calls it.
+//
+// Thread-safety: the functions are reentrant; the records are immutable.
 #pragma once
 
-#include <cstdint>
+#include <cstddef>
 #include <memory>
-#include <optional>
+#include <span>
 #include <string>
-#include <vector>
+#include <string_view>
 
-#include "weightlift/dtype.h"
+#include "weightlift/format.h"
 #include "weightlift/io.h"
 #include "weightlift/status.h"
-#include "weightlift/tensor.h"
 
 namespace wl {
 
-struct CheckpointTensor : TensorMeta {  // nbytes: the logical C-contiguous size
-  // Where the bytes lie in the file when they are stored contiguously in
-  // row-major order (safetensors always; PyTorch when the view is contiguous).
-  std::optional<uint64_t> file_offset;
-};
+// Every format the library reads: safetensors, PyTorch (zip and legacy), NumPy
+// .npy. No two claim the same extension or magic.
+std::span<const CheckpointFormat* const> checkpoint_formats();
 
-class CheckpointReader {
- public:
-  virtual ~CheckpointReader() = default;
-  virtual const std::string& path() const = 0;
-  virtual std::string_view format_name() const = 0;  // "safetensors", "pytorch", "numpy"
-  // The version of the file the header was read from (RandomAccessFile::version()).
-  virtual std::string version() const = 0;
-  // In file order.
-  virtual const std::vector<CheckpointTensor>& tensors() const = 0;
-  // The tensor's logical C-contiguous row-major bytes, zero-copy when the
-  // storage is contiguous and mapped, else a private copy.
-  virtual Result<TensorView> view(size_t index) const = 0;
-  // Always a private, owned copy.
-  virtual Result<Tensor> read(size_t index) const = 0;
-};
+// The format whose extension `path` ends with; nullptr when none.
+const CheckpointFormat* checkpoint_format_for_name(std::string_view path);
+// The format whose magic `head` (the first bytes of a file) starts with; nullptr when none.
+const CheckpointFormat* checkpoint_format_for_head(std::span<const std::byte> head);
 
-// Opens any supported weight file; the format comes from the extension
-// (.safetensors, .bin/.pt/.pth, .npy) or, failing that, the magic bytes.
+// How many first bytes of a file open_checkpoint() compares with the magics.
+inline constexpr size_t kCheckpointMagicBytes = 8;
+
+// Opens any supported weight file. Its format comes from its extension
+// (.safetensors, .bin/.pt/.pth, .npy), failing that from the magic of its
+// first kCheckpointMagicBytes bytes (a shorter file has none); a file that
+// neither names is read as safetensors, whose header starts with a length,
+// not a magic.
 Result<std::unique_ptr<CheckpointReader>> open_checkpoint(const std::string& path, Env* env = Env::Default());
-
-// Format-specific openers (each in its own component).
-Result<std::unique_ptr<CheckpointReader>> open_safetensors_checkpoint(const std::string& path, Env* env);
-Result<std::unique_ptr<CheckpointReader>> open_pytorch_checkpoint(const std::string& path, Env* env);
-Result<std::unique_ptr<CheckpointReader>> open_numpy_checkpoint(const std::string& path, Env* env);
 
 }  // namespace wl

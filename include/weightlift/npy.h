@@ -1,5 +1,6 @@
-// weightlift/npy.h: NumPy .npy files (format versions 1.0, 2.0 and 3.0) and
-// the reference's NumPy weight cache.
+// weightlift/npy.h: NumPy .npy files (format versions 1.0, 2.0 and 3.0); the
+// reference's NumPy weight cache, which dumps any checkpoint into them, is
+// np_cache.h's.
 //
 // Reading accepts C and Fortran order and either byte order; view() of a
 // little-endian C-order file is zero-copy, anything else becomes a private
@@ -7,12 +8,6 @@
 // header needs it), C order, little-endian, 64-byte aligned data, atomically.
 // Element types: bool, int8..64, uint8..64, float16/32/64, complex64/128
 // (NumPy has no bfloat16 or float8: such tensors are refused by write_npy).
-//
-// The cache (what the reference's np_cache_weights_iterator does): a folder
-// `np/` beside the weights, one .npy file per tensor named exactly like the
-// tensor (no extension), and `np/weight_names.json` listing the names in
-// order. It is dumped once, under an exclusive lock, by the first process;
-// the others wait and read it back.
 //
 // Thread-safety: free functions are reentrant; NpyHeader is a value.
 #pragma once
@@ -22,7 +17,7 @@
 #include <string_view>
 #include <vector>
 
-#include "weightlift/checkpoint.h"
+#include "weightlift/format.h"
 #include "weightlift/tensor.h"
 
 namespace wl {
@@ -50,27 +45,11 @@ Status write_npy(const std::string& path, const TensorView& t, Env* env = Env::D
 // The same bytes in memory.
 Result<std::string> serialize_npy(const TensorView& t);
 
-// ---- the NumPy weight cache ----------------------------------------------------
+// ---- as a weight-file format (format.h) -----------------------------------------
 
-inline constexpr std::string_view kNpCacheFolder = "np";
-inline constexpr std::string_view kNpCacheNames = "weight_names.json";
-
-struct NpCacheResult {
-  std::string np_folder;
-  std::vector<std::string> names;  // in dump order
-  bool dumped = false;             // this call wrote the cache (false: it was there already)
-};
-
-// Ensures `<hf_folder>/np/` holds the tensors of `weight_files` (PyTorch
-// .bin/.pt or safetensors): under an exclusive lock on `lock_path` (default
-// `<hf_folder>/np.lock`), dumps every tensor unless weight_names.json exists.
-// A tensor name that is not a plain file name ("/", "..", empty) is refused.
-Result<NpCacheResult> np_cache_prepare(const std::vector<std::string>& weight_files, const std::string& hf_folder,
-                                       const std::string& lock_path = {}, Env* env = Env::Default());
-
-// Reads weight_names.json of a prepared cache (names in order).
-Result<std::vector<std::string>> np_cache_names(const std::string& hf_folder);
-// One cached tensor.
-Result<Tensor> np_cache_read(const std::string& hf_folder, const std::string& name, Env* env = Env::Default());
+// The format's record: ".npy"; the magic 0x93 'N' (of "\x93NUMPY").
+const CheckpointFormat& numpy_format();
+// A CheckpointReader over one .npy file: one tensor, named as the file without ".npy".
+Result<std::unique_ptr<CheckpointReader>> open_numpy_checkpoint(const std::string& path, Env* env);
 
 }  // namespace wl

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "weightlift/dtype.h"
+#include "weightlift/format.h"
 #include "weightlift/io.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
@@ -126,5 +127,14 @@ Status write_safetensors(const std::string& path, std::span<const NamedTensor> t
 // The same bytes, in memory.
 Result<std::string> serialize_safetensors(std::span<const NamedTensor> tensors,
                                           const std::map<std::string, std::string>& metadata = {});
+
+// ---- as a weight-file format (format.h) -----------------------------------------
+
+// The format's record: ".safetensors", no magic (the file starts with its
+// header's length); the registry (checkpoint.h) reads a file that no format
+// claims as safetensors.
+const CheckpointFormat& safetensors_format();
+// A CheckpointReader over SafetensorsFile::open(path, kMmap, env).
+Result<std::unique_ptr<CheckpointReader>> open_safetensors_checkpoint(const std::string& path, Env* env);
 
 }  // namespace wl

@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-#include "weightlift/checkpoint.h"
+#include "weightlift/format.h"
 
 namespace wl {
 
@@ -95,5 +95,11 @@ class TorchCheckpoint final : public CheckpointReader {
   bool legacy_ = false;
   bool unwrapped_state_dict_ = false;
 };
+
+// The format's record: ".bin", ".pt", ".pth"; the magic "PK" (a zip archive)
+// or 0x80 (the legacy stream starts with a pickle's PROTO opcode).
+const CheckpointFormat& pytorch_format();
+// A CheckpointReader over TorchCheckpoint::open(path, env).
+Result<std::unique_ptr<CheckpointReader>> open_pytorch_checkpoint(const std::string& path, Env* env);
 
 }  // namespace wl

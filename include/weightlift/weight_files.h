@@ -6,6 +6,7 @@
 #include <string_view>
 #include <vector>
 
+#include "weightlift/format.h"
 #include "weightlift/io.h"
 #include "weightlift/status.h"
 
@@ -34,17 +35,16 @@ Result<std::vector<std::string>> filter_duplicate_safetensors_files(const std::v
 // scheduler.pt, scaler.pt.
 std::vector<std::string> filter_files_not_needed_for_inference(const std::vector<std::string>& files);
 
-enum class WeightFormat { kSafetensors, kPytorch, kNumpy };
-
 struct WeightFiles {
   std::vector<std::string> files;  // full paths, natural order
   WeightFormat format = WeightFormat::kSafetensors;
 };
 
-// The weights of PATH. A file is itself (its format from its extension). A
-// folder: "*.safetensors", else "*.bin", else "*.pt" (the first pattern that
-// matches anything), de-duplicated with the index, training files dropped,
-// naturally sorted. No weights found is kNotFound.
+// The weights of PATH. A file is itself, its format the one the format
+// registry (checkpoint.h) gives its extension (safetensors when none does). A
+// folder, as the reference chooses: "*.safetensors", else "*.bin", else "*.pt"
+// (the first pattern that matches anything), de-duplicated with the index,
+// training files dropped, naturally sorted. No weights found is kNotFound.
 Result<WeightFiles> find_weight_files(const std::string& path, Env* env = Env::Default());
 
 // The weight files a user means by PATH: a file is itself; a folder gives the

@@ -33,6 +33,7 @@
 #include "weightlift/dtype.h"
 #include "weightlift/io.h"
 #include "weightlift/loader.h"
+#include "weightlift/np_cache.h"
 #include "weightlift/npy.h"
 #include "weightlift/safetensors.h"
 #include "weightlift/status.h"

@@ -1,59 +1,41 @@
+// The format registry (weightlift/checkpoint.h): one table of the records
+// the formats declare, and open_checkpoint(), which asks it.
 #include "weightlift/checkpoint.h"
 
-#include <fmt/format.h>
-
+#include "weightlift/npy.h"
 #include "weightlift/safetensors.h"
+#include "weightlift/torch.h"
 
 namespace wl {
 
-namespace {
+std::span<const CheckpointFormat* const> checkpoint_formats() {
+  // A new format: its record here, one line.
+  static const CheckpointFormat* const kFormats[] = {&safetensors_format(), &pytorch_format(), &numpy_format()};
+  return kFormats;
+}
 
-class SafetensorsCheckpoint final : public CheckpointReader {
- public:
-  explicit SafetensorsCheckpoint(std::shared_ptr<SafetensorsFile> f) : f_(std::move(f)) {
-    for (const TensorInfo& t : f_->tensors()) tensors_.push_back({TensorMeta(t), t.offset});
-  }
-  const std::string& path() const override { return f_->path(); }
-  std::string_view format_name() const override { return "safetensors"; }
-  std::string version() const override { return f_->file()->version(); }
-  const std::vector<CheckpointTensor>& tensors() const override { return tensors_; }
-  Result<TensorView> view(size_t i) const override {
-    if (i >= tensors_.size()) return Status::OutOfRange("tensor index out of range").with_file(path());
-    return f_->get(tensors_[i].name);
-  }
-  Result<Tensor> read(size_t i) const override {
-    if (i >= tensors_.size()) return Status::OutOfRange("tensor index out of range").with_file(path());
-    return f_->read(tensors_[i].name);
-  }
+const CheckpointFormat* checkpoint_format_for_name(std::string_view path) {
+  for (const CheckpointFormat* f : checkpoint_formats())
+    if (f->claims_name(path)) return f;
+  return nullptr;
+}
 
- private:
-  std::shared_ptr<SafetensorsFile> f_;
-  std::vector<CheckpointTensor> tensors_;
-};
-
-}  // namespace
-
-Result<std::unique_ptr<CheckpointReader>> open_safetensors_checkpoint(const std::string& path, Env* env) {
-  WL_ASSIGN_OR_RETURN(auto f, SafetensorsFile::open(path, FileMode::kMmap, env));
-  return std::unique_ptr<CheckpointReader>(std::make_unique<SafetensorsCheckpoint>(std::move(f)));
+const CheckpointFormat* checkpoint_format_for_head(std::span<const std::byte> head) {
+  for (const CheckpointFormat* f : checkpoint_formats())
+    if (f->claims_head(head)) return f;
+  return nullptr;
 }
 
 Result<std::unique_ptr<CheckpointReader>> open_checkpoint(const std::string& path, Env* env) {
-  if (std::string_view(path).ends_with(".safetensors")) return open_safetensors_checkpoint(path, env);
-  if (std::string_view(path).ends_with(".bin") || std::string_view(path).ends_with(".pt") ||
-      std::string_view(path).ends_with(".pth"))
-    return open_pytorch_checkpoint(path, env);
-  if (std::string_view(path).ends_with(".npy")) return open_numpy_checkpoint(path, env);
-  // Unknown extension: sniff the first bytes.
-  WL_ASSIGN_OR_RETURN(auto f, env->open(path, {.mode = FileMode::kPread}));
-  std::byte head[8] = {};
-  if (f->size() >= 8) WL_RETURN_IF_ERROR(f->read_at(0, head));
-  if (f->size() >= 4 && head[0] == std::byte{'P'} && head[1] == std::byte{'K'})
-    return open_pytorch_checkpoint(path, env);
-  if (f->size() >= 6 && head[0] == std::byte{0x93} && head[1] == std::byte{'N'})
-    return open_numpy_checkpoint(path, env);
-  if (f->size() >= 2 && head[0] == std::byte{0x80}) return open_pytorch_checkpoint(path, env);  // legacy pickle
-  return open_safetensors_checkpoint(path, env);
+  if (const CheckpointFormat* f = checkpoint_format_for_name(path)) return f->open(path, env);
+  // No known extension: the magic of the first bytes.
+  WL_ASSIGN_OR_RETURN(auto file, env->open(path, {.mode = FileMode::kPread}));
+  std::byte head[kCheckpointMagicBytes] = {};
+  if (file->size() >= kCheckpointMagicBytes) {
+    WL_RETURN_IF_ERROR(file->read_at(0, head));
+    if (const CheckpointFormat* f = checkpoint_format_for_head(head)) return f->open(path, env);
+  }
+  return safetensors_format().open(path, env);
 }
 
 }  // namespace wl

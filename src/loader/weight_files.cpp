@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "weightlift/checkpoint.h"
+
 namespace wl {
 
 bool natural_less(std::string_view a, std::string_view b) {
@@ -135,11 +137,7 @@ Result<WeightFiles> find_weight_files(const std::string& path, Env* env) {
     if (!env->exists(path) && is_url(path)) return missing_url(path, env);
     if (!env->exists(path)) return Status::NotFound("no such file or directory").with_file(path);
     wf.files = {path};
-    if (std::string_view(path).ends_with(".bin") || std::string_view(path).ends_with(".pt") ||
-        std::string_view(path).ends_with(".pth"))
-      wf.format = WeightFormat::kPytorch;
-    else if (std::string_view(path).ends_with(".npy"))
-      wf.format = WeightFormat::kNumpy;
+    if (const CheckpointFormat* f = checkpoint_format_for_name(path)) wf.format = f->id;
     return wf;
   }
   WL_ASSIGN_OR_RETURN(auto entries, env->list_dir(path));

@@ -292,6 +292,13 @@ Result<std::unique_ptr<CheckpointReader>> open_numpy_checkpoint(const std::strin
   return std::unique_ptr<CheckpointReader>(std::make_unique<NpyCheckpoint>(f, std::move(h)));
 }
 
+const CheckpointFormat& numpy_format() {
+  static constexpr std::string_view kExtensions[] = {".npy"};
+  static constexpr std::string_view kMagics[] = {"\x93N"};
+  static const CheckpointFormat kFormat{WeightFormat::kNumpy, "numpy", kExtensions, kMagics, &open_numpy_checkpoint};
+  return kFormat;
+}
+
 Result<Tensor> read_npy(const std::string& path, Env* env) {
   WL_ASSIGN_OR_RETURN(auto f, env->open(path, {.mode = FileMode::kPread}), .file = path);
   WL_ASSIGN_OR_RETURN(NpyHeader h, read_npy_header(*f));

@@ -404,4 +404,12 @@ Result<std::unique_ptr<CheckpointReader>> open_pytorch_checkpoint(const std::str
   return std::unique_ptr<CheckpointReader>(std::move(h));
 }
 
+const CheckpointFormat& pytorch_format() {
+  static constexpr std::string_view kExtensions[] = {".bin", ".pt", ".pth"};
+  static constexpr std::string_view kMagics[] = {"PK", "\x80"};  // a zip archive; the legacy stream's PROTO
+  static const CheckpointFormat kFormat{WeightFormat::kPytorch, "pytorch", kExtensions, kMagics,
+                                        &open_pytorch_checkpoint};
+  return kFormat;
+}
+
 }  // namespace wl

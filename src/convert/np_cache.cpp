@@ -1,9 +1,13 @@
-// The reference's NumPy weight cache: np/ beside the weights, dumped once under a lock.
+// The reference's NumPy weight cache (weightlift/np_cache.h): np/ beside the
+// weights, dumped once under a lock.
+#include "weightlift/np_cache.h"
+
 #include <filesystem>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "weightlift/checkpoint.h"
 #include "weightlift/lock.h"
 #include "weightlift/npy.h"
 
