@@ -46,7 +46,9 @@ def _resolve_quant_config(model_config, load_config) -> QuantizationConfigResult
         raise ValueError("Model quantization method is not specified in the config.")
     hf = _as_dict(getattr(model_config, "hf_config", None))
     overrides = getattr(model_config, "hf_overrides", None)
-    if overrides is None:
+    if overrides is None or callable(overrides):
+        # A callable hf_overrides transforms configs (SpeculativeConfig's for
+        # draft models): it carries no quantization config entries.
         overrides = {}
     if not isinstance(overrides, dict):
         raise ValueError("hf_overrides must be a dict for get_quant_config to get the quantization config from it.")
@@ -72,13 +74,53 @@ def get_quant_config(model_config, load_config):
         return quant_cls.from_config_file(r.file)
     if r.source == "hf_overrides.quantization_config_dict_json":
         return quant_cls.from_config_dict_json(model_config.hf_overrides["quantization_config_dict_json"])
+    online = getattr(model_config, "quantization_config", None)
     if r.source == "online":
         from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
 
-        return OnlineQuantizationConfig(args=model_config.quantization_config)
+        _check_online_weight_keys(online)
+        return OnlineQuantizationConfig(args=online)
     if r.source == "default":
-        return quant_cls()
+        shorthand = _online_shorthand(r.quantization, online)
+        return quant_cls() if shorthand is None else shorthand
     return quant_cls.from_config(r.config)
+
+
+def _check_online_weight_keys(args) -> None:
+    """vLLM 0.34: standalone online quantization whose linear, moe or target
+    spec sets no weight key would quantize nothing (ValueError)."""
+    try:
+        from vllm.config.quantization import QuantSpec
+    except ImportError:  # vLLM 0.32: no such check
+        return
+    specs = [(kind, getattr(args, kind, None)) for kind in ("linear", "moe")]
+    specs += [(f"targets[{p}]", t) for p, t in (getattr(args, "targets", None) or {}).items()]
+    for name, spec in specs:
+        if isinstance(spec, QuantSpec) and "weight" not in spec.fields_set:
+            raise ValueError(f"quantization_config.{name} = {spec} does not set a weight quantization key, "
+                             f"which online quantization requires.")
+
+
+def _online_shorthand(quantization: str, online):
+    """An online-quantization shorthand ("fp8_per_tensor", ...) with no config
+    file: vLLM's OnlineQuantizationConfig of the shorthand's arguments, the
+    user's merged over them (0.34; 0.32: the user's instead of them); `fp8`
+    is fp8_per_tensor (deprecated). None for any other method."""
+    try:
+        from vllm.config import quantization as q
+        from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
+    except ImportError:
+        return None
+    shorthands = getattr(q, "_ONLINE_SHORTHANDS", {})
+    if quantization == "fp8" and hasattr(q, "resolve_quantization_config"):
+        logger.warning("--quantization fp8 is deprecated for online quantization; use --quantization "
+                       "fp8_per_tensor instead.")
+        return OnlineQuantizationConfig(args=q.resolve_quantization_config("fp8_per_tensor", online))
+    if quantization not in shorthands:
+        return None
+    merge = getattr(q, "merge_quantization_config", None)
+    args = merge(shorthands[quantization], online) if merge else (online or shorthands[quantization])
+    return OnlineQuantizationConfig(args=args)
 
 
 def get_sparse_attention_config(model_config, load_config,

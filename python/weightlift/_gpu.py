@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -131,13 +132,17 @@ def _collective_options(pg) -> dict:
 
 
 def _device_stream(files: list[str], device: str, gds: str, pg, desc: str, use_tqdm_on_load: bool,
-                   per_tensor_bar: bool = False) -> Generator[tuple[str, torch.Tensor], None, None]:
-    """(name, tensor) of `files` on `device`, in checkpoint order."""
+                   per_tensor_bar: bool = False, exclude: list[str] | None = None,
+                   local_expert_ids: set[int] | None = None) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """(name, tensor) of `files` on `device`, in checkpoint order, less
+    `exclude` and other ranks' experts."""
     # Device memory is taken for the whole load up front (one allocation), so
     # queued tensors cost no host memory: no need to bound the queue by bytes.
+    extra = {} if local_expert_ids is None else {"local_expert_ids": local_expert_ids}
     yield from iterate(files, desc=desc, use_tqdm_on_load=use_tqdm_on_load,
                        bar_per="tensor" if per_tensor_bar else "file", max_queued_bytes=1 << 62, ordered=True,
-                       strategy="stream", device=device, gds=gds, **_collective_options(pg))
+                       exclude=exclude, strategy="stream", device=device, gds=gds, **extra,
+                       **_collective_options(pg))
 
 
 def _gds_fallback(make: Callable[[bool], Iterable], nogds: bool) -> Generator[Any, None, None]:
@@ -179,25 +184,45 @@ def fastsafetensors_weights_iterator(
     yield from _gds_fallback(make, nogds)
 
 
+# Engram tables (vLLM 0.34): loaded on the host when asked, they can exceed
+# device memory before tensor-parallel sharding.
+_ENGRAM_WEIGHT_RE = re.compile(
+    r"(?:^|\.)(?:engram\.embed\.(?:weight|scale)|ple\.ple_embedding\.ngram_embedding\.shard_[0-9]+\.weight)$")
+
+
 def instanttensor_weights_iterator(
     hf_weights_files: list[str],
     use_tqdm_on_load: bool,
+    local_expert_ids: set[int] | None = None,
+    *,
+    load_engram_on_cpu: bool = False,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """vLLM's InstantTensor iterator: every tensor of the safetensors files on
     torch's current CUDA device, in file order (files sorted naturally), each
     tensor owning its memory. NVIDIA GPUs only (ValueError otherwise, naming
     what is missing); with more than one rank the world process group goes
-    to the engine."""
+    to the engine, unless the ranks load different tensors. local_expert_ids:
+    other ranks' expert weights are skipped unread. load_engram_on_cpu: the
+    Engram tables stay in host memory, yielded after the device tensors."""
     why = cuda_unavailable_reason()
     if why:
         raise ValueError(f"InstantTensor loading requires an NVIDIA GPU: {why}")
+    files = natural_sort(hf_weights_files)
+    on_host: list[str] = []
+    if load_engram_on_cpu:
+        on_host = [n for n, _, _ in _core.list_tensors(files) if _ENGRAM_WEIGHT_RE.search(n)]
+    filtered = local_expert_ids is not None and any(
+        _core.should_skip_weight(n, set()) for n, _, _ in _core.list_tensors(files))
     pg = _world_group()
-    if _group_size(pg) <= 1:
+    # Every rank must make the same choice: a per-rank tensor set leaves the collective out.
+    if _group_size(pg) <= 1 or on_host or filtered:
         pg = None
     device = current_cuda_device("instanttensor_weights_iterator")
-    yield from _device_stream(natural_sort(hf_weights_files), device, "auto", pg,
-                              "Loading safetensors using InstantTensor loader", use_tqdm_on_load,
-                              per_tensor_bar=True)
+    yield from _device_stream(files, device, "auto", pg, "Loading safetensors using InstantTensor loader",
+                              use_tqdm_on_load, per_tensor_bar=True, exclude=on_host or None,
+                              local_expert_ids=local_expert_ids)
+    if on_host:
+        yield from iterate(files, only=on_host, strategy="lazy", order="name", file_views=False)
 
 
 # ---- single tensors and PyTorch files ------------------------------------------------------------

@@ -11,6 +11,7 @@ A leaf: imports only _core, _log and _tensors."""
 from __future__ import annotations
 
 import logging
+import mmap
 from collections.abc import Callable, Generator, Iterable
 from typing import Any
 
@@ -33,15 +34,38 @@ def convert_pyslice_to_tensor(x: Any) -> torch.Tensor:
     return x
 
 
+def _is_integrated_gpu(device: torch.device) -> bool:
+    if device.type != "cuda":
+        return False
+    try:
+        return bool(torch.cuda.get_device_properties(device).is_integrated)
+    except Exception:  # no CUDA runtime: not a GPU we copy to
+        return False
+
+
+def copy_weight_(dst: torch.Tensor, src: torch.Tensor) -> torch.Tensor:
+    """dst.copy_(src) for weight loaders (vLLM 0.34). Onto an integrated GPU
+    from a contiguous host tensor of the same dtype (a file mapping), one
+    byte per page of `src` is read first, so that its page faults are taken
+    on the CPU rather than inside the driver's copy; elsewhere a plain copy_."""
+    if (src.device.type == "cpu" and src.dtype == dst.dtype and src.numel() > 1 and src.is_contiguous()
+            and _is_integrated_gpu(dst.device)):
+        flat = src.reshape(-1).view(torch.uint8)
+        flat[::mmap.PAGESIZE].sum()
+        flat[-1:].sum()
+    return dst.copy_(src)
+
+
 def default_weight_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
-    """Copies `loaded_weight` into `param` in place; one-element tensors of any
-    shape match each other, otherwise the sizes must be equal (AssertionError)."""
+    """Copies `loaded_weight` into `param` in place (copy_weight_); one-element
+    tensors of any shape match each other, otherwise the sizes must be equal
+    (AssertionError)."""
     if param.numel() == 1 and loaded_weight.numel() == 1:
-        param.data.copy_(loaded_weight.view(param.shape))
+        copy_weight_(param.data, loaded_weight.view(param.shape))
         return
     assert param.size() == loaded_weight.size(), (
         f"Attempted to load weight ({loaded_weight.size()}) into parameter ({param.size()})")
-    param.data.copy_(loaded_weight)
+    copy_weight_(param.data, loaded_weight)
 
 
 def composed_weight_loader(loader: LoaderFunction, fn: Callable[[torch.Tensor], torch.Tensor]) -> LoaderFunction:
@@ -57,25 +81,60 @@ def composed_weight_loader(loader: LoaderFunction, fn: Callable[[torch.Tensor], 
 # ---- dummy weights ------------------------------------------------------------------------------
 
 
-def initialize_dummy_weights(model: torch.nn.Module, model_config: Any = None, low: float = -1e-3,
-                             high: float = 1e-3, seed: int = 1234) -> None:
-    """Fills every floating-point tensor of the model's state_dict with
+def initialize_dummy_weights(model: torch.nn.Module, model_config: Any = None, low: float | None = None,
+                             high: float | None = None, seed: int = 1234) -> None:
+    """Fills every tensor of the model's state_dict as
+    initialize_single_dummy_weight does (by dtype and name): floats with
     uniform [low, high) values of the engine's counter-based generator
-    (dummy.h): a value depends only on the seed, its index and the dtype, so
-    tensors of equal size agree and TP ranks and runs are identical."""
-    for param in model.state_dict().values():
-        initialize_single_dummy_weight(param, low, high, seed)
+    (dummy.h), where a value depends only on the seed, its index and the
+    dtype, so tensors of equal size agree and TP ranks and runs are identical."""
+    for name, param in model.state_dict().items():
+        initialize_single_dummy_weight(param, low, high, seed, name=name)
+
+
+# E8M0 scales: byte 120 is 2**-7 (dequantized dummy weights stay small and finite).
+_DUMMY_E8M0_SCALE_BYTE = 120
+# 8-bit floats: the default range (+-1e-3 lies below FP8 E4M3's smallest normal).
+_DUMMY_FP8_RANGE = 1.0
+_RANDOM_BYTE_DTYPES = tuple(d for d in (torch.uint8, torch.int8, getattr(torch, "float4_e2m1fn_x2", None)) if d)
+_E8M0 = getattr(torch, "float8_e8m0fnu", None)
 
 
 @torch.no_grad()
-def initialize_single_dummy_weight(param: torch.Tensor, low: float = -1e-3, high: float = 1e-3,
-                                   seed: int = 1234) -> None:
+def initialize_single_dummy_weight(param: torch.Tensor, low: float | None = None, high: float | None = None,
+                                   seed: int = 1234, name: str = "") -> None:
+    """Deterministic dummy values for one tensor, by dtype (vLLM 0.34's rules):
+    a `dummy_weight_value` attribute fills it; E8M0 scales (float8_e8m0fnu, or
+    uint8 named like a scale) get byte 120; uint8, int8 and packed FP4 get
+    random bytes of torch's generator seeded with `seed` (vLLM's bytes); other
+    integers are left alone (zeroed on ROCm); floats get uniform values in
+    [low, high] of the engine's generator, the range defaulting to +-1e-3,
+    or +-1 for 8-bit floats. Meta tensors are left alone."""
     if param.device.type == "meta":
+        return
+    value = getattr(param, "dummy_weight_value", None)
+    if value is not None:
+        param.fill_(value)
+        return
+    if param.dtype == _E8M0 or (param.dtype == torch.uint8 and "scale" in name):
+        param.view(torch.uint8).fill_(_DUMMY_E8M0_SCALE_BYTE)
+        return
+    if param.dtype in _RANDOM_BYTE_DTYPES:
+        generator = torch.Generator(device=param.device)
+        generator.manual_seed(seed)
+        if param.dtype == torch.int8:
+            param.random_(-128, 128, generator=generator)
+        else:
+            param.view(torch.uint8).random_(0, 256, generator=generator)
         return
     if not torch.is_floating_point(param):
         if getattr(torch.version, "hip", None):
             param.zero_()  # ROCm leaves integer params uninitialised
         return
+    if low is None or high is None:
+        r = _DUMMY_FP8_RANGE if torch.finfo(param.dtype).bits < 16 else 1e-3
+        low = -r if low is None else low
+        high = r if high is None else high
     name = TORCH_TO_NAME.get(param.dtype)
     if name is None or not _core.dummy_fills(name):
         raise NotImplementedError(f"dummy weights of dtype {param.dtype} are not supported")

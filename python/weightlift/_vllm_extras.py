@@ -1,10 +1,11 @@
-"""Names vLLM 0.32's weight_utils has beyond the reference, with the same
-arguments and behaviour:
+"""Names vLLM's weight_utils (0.32 to 0.34) has beyond the reference, with
+the same arguments and behaviour (0.34's where it changed):
 
     filter_safetensors_files_by_weight_name   drop shards holding only weights the model does not load
     resolve_mm_encoder_only_lm_prefixes       --mm-encoder-only: the language model's module prefixes
     filter_mm_encoder_only_safetensors_files  --mm-encoder-only: drop shards holding only LM weights
     drop_checkpoint_cache                     evict a model's safetensors files from the page cache
+    finalize_model_weights                    every module's post-load hook, children first (0.34)
     DisabledTqdm                              a tqdm that never draws
 
 Headers are read by the engine (no safetensors package needed); the index is
@@ -12,12 +13,15 @@ plain JSON. A leaf: it imports only the ground floor (_core, _log).
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+import torch
 from tqdm.auto import tqdm
 
 from . import _core
@@ -134,29 +138,121 @@ def filter_mm_encoder_only_safetensors_files(hf_weights_files: list[str], hf_fol
     return kept
 
 
+def _hf_hub_cache() -> str:
+    try:
+        import huggingface_hub.constants
+
+        return huggingface_hub.constants.HF_HUB_CACHE
+    except ImportError:
+        home = os.environ.get("HF_HOME") or os.path.join(
+            os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "huggingface")
+        return os.environ.get("HF_HUB_CACHE") or os.path.join(home, "hub")
+
+
+def _local_snapshot_dirs(model_name_or_path: str, cache_dir: str | None) -> list[Path]:
+    """Every snapshot folder of a repository in the Hub cache, found from the
+    cache's layout alone (a cache seeded at a pinned commit has no refs/main)."""
+    snapshots = Path(cache_dir or _hf_hub_cache()) / f"models--{model_name_or_path.replace('/', '--')}" / "snapshots"
+    if not snapshots.is_dir():
+        return []
+    return [p for p in snapshots.iterdir() if p.is_dir()]
+
+
 def drop_checkpoint_cache(model_name_or_path: str, revision: str | None = None,
                           cache_dir: str | None = None) -> None:
     """Asks the kernel to drop the page-cache pages of the model's
-    *.safetensors files (posix_fadvise DONTNEED): a local folder, or a Hub
-    repository's snapshot already in the cache (nothing is downloaded). A
-    model not found locally is only logged; a file that cannot be advised
-    is a warning."""
-    folder: Path | None = None
+    *.safetensors files (posix_fadvise DONTNEED), on Linux only: a local
+    folder, or a Hub repository already in the cache (the revision's
+    snapshot, else every snapshot the cache holds for it; nothing is
+    downloaded). A model not found locally is only logged; a file that
+    cannot be advised is a warning; each folder logs the bytes released."""
+    if sys.platform != "linux":
+        return
+    folders: list[Path] = []
     if os.path.isdir(model_name_or_path):
-        folder = Path(model_name_or_path)
+        folders = [Path(model_name_or_path)]
     else:
-        try:
+        with contextlib.suppress(OSError, ValueError):
             found, _ = _core.download_weights_from_hf(model_name_or_path, ["*.safetensors"], revision or "main", [],
                                                       os.fspath(cache_dir) if cache_dir else "", True, "")
-            folder = Path(found)
-        except (OSError, ValueError):
-            folder = None
-    if folder is None:
+            folders = [Path(found)]
+        if not folders:
+            folders = _local_snapshot_dirs(model_name_or_path, os.fspath(cache_dir) if cache_dir else None)
+    if not folders:
         _info_once("No local checkpoint found for %s; skipping page-cache eviction", model_name_or_path)
         return
-    for path in folder.glob("*.safetensors"):
-        try:
-            with path.open("rb") as f:
-                os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
-        except OSError as e:
-            logger.warning("Could not release checkpoint page cache for %s: %s", path, e)
+    for folder in folders:
+        released = 0
+        for path in folder.glob("*.safetensors"):
+            try:
+                with path.open("rb") as f:
+                    os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
+            except OSError as e:
+                logger.warning("Could not release checkpoint page cache for %s: %s", path, e)
+            else:
+                released += path.stat().st_size
+        logger.info("Released %.2f GiB of checkpoint page cache in %s", released / 1024**3, folder)
+
+# ---- finalize_model_weights (vLLM 0.34) ---------------------------------------------------------------------
+
+
+def _vllm_finalize_helpers():
+    """(is a quantization method, is a deferred attention layer, the device
+    context): vLLM's own where vLLM is importable, else their plain forms."""
+    try:
+        from vllm.model_executor.layers.attention import is_deferred_attention_layer
+        from vllm.model_executor.layers.quantization.base_config import QuantizeMethodBase
+        from vllm.model_executor.model_loader.utils import device_loading_context
+
+        return (lambda o: isinstance(o, QuantizeMethodBase)), is_deferred_attention_layer, device_loading_context
+    except ImportError:
+        def is_quant_method(o) -> bool:
+            return (o is not None and not isinstance(o, torch.nn.Module)
+                    and callable(getattr(o, "process_weights_after_loading", None)))
+
+        return is_quant_method, (lambda m: False), _on_device
+
+
+@contextlib.contextmanager
+def _on_device(module: torch.nn.Module, device: torch.device | None):
+    """The module's host parameters on `device` for the block, back after."""
+    if device is None or torch.device(device).type == "cpu":
+        yield module
+        return
+    moved = {n for n, p in module.named_parameters() if p.device.type == "cpu"}
+    for n, p in module.named_parameters():
+        if n in moved:
+            p.data = p.data.to(device)
+    try:
+        yield module
+    finally:
+        for n, p in module.named_parameters():
+            if n in moved:
+                p.data = p.data.to("cpu")
+
+
+def finalize_model_weights(model: torch.nn.Module, target_device: torch.device | None = None) -> None:
+    """Runs every module's own process_weights_after_loading() once, each
+    after all of its submodules (a module shared by several parents before
+    all of them), as a full load or reload ends in vLLM 0.34. Quantization
+    methods, and the submodules of a module that has one, are skipped (their
+    method processes them). Only attention layers' hooks run with their
+    offloaded parameters on `target_device`."""
+    is_quant_method, is_deferred_attention, device_context = _vllm_finalize_helpers()
+    seen: set[torch.nn.Module] = set()
+
+    def children_first(module: torch.nn.Module):
+        quantized = is_quant_method(getattr(module, "quant_method", None))
+        for child in [] if quantized else module.children():
+            if child not in seen:
+                seen.add(child)
+                yield from children_first(child)
+        yield module
+
+    for module in children_first(model):
+        if is_quant_method(module):
+            continue
+        hook = getattr(module, "process_weights_after_loading", None)
+        if callable(hook):
+            with device_context(module, target_device if is_deferred_attention(module) else None):
+                hook()

@@ -30,3 +30,16 @@ def compute_local_expert_ids(num_experts: int, ep_size: int, ep_rank: int,
 def should_skip_weight(name: str, local_expert_ids: set[int] | None) -> bool:
     """True when `name` is another rank's expert weight (never for scales)."""
     return _core.should_skip_weight(name, None if local_expert_ids is None else set(local_expert_ids))
+
+
+def compute_eplb_local_expert_ids(num_experts: int, num_redundant_experts: int, ep_size: int,
+                                  ep_rank: int) -> set[int] | None:
+    """The logical experts rank `ep_rank` must load with EPLB on (vLLM 0.34):
+    the `num_experts + num_redundant_experts` physical slots split linearly
+    over the ranks, each slot holding the logical expert of EPLB's initial
+    map (slot p < num_experts: expert p; redundant slot num_experts + i:
+    expert i % num_experts). None when EP is off (ep_size <= 1)."""
+    physical = compute_local_expert_ids(num_experts + num_redundant_experts, ep_size, ep_rank, "linear")
+    if physical is None:
+        return None
+    return {p if p < num_experts else (p - num_experts) % num_experts for p in physical}

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 from collections.abc import Generator
 
 import torch
@@ -52,6 +53,7 @@ from ._params import (  # noqa: F401
     LoaderFunction,
     composed_weight_loader,
     convert_pyslice_to_tensor,
+    copy_weight_,
     default_weight_loader,
     initialize_dummy_weights,
     initialize_single_dummy_weight,
@@ -64,6 +66,7 @@ from ._vllm_extras import (  # noqa: F401  (vLLM 0.32's names beyond the referen
     drop_checkpoint_cache,
     filter_mm_encoder_only_safetensors_files,
     filter_safetensors_files_by_weight_name,
+    finalize_model_weights,
     resolve_mm_encoder_only_lm_prefixes,
 )
 
@@ -76,6 +79,9 @@ SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 # the rule and the prefetcher are the engine's (_prefetch: system.h, prefetch.h).
 
 _get_checkpoints_size_bytes = _prefetch.checkpoints_size_bytes
+# Available host memory, cgroup limits honoured: vLLM 0.34's name
+# (vllm.utils.cpu_resource_utils), and 0.32's private one.
+get_available_memory = _prefetch.available_ram_bytes
 _get_available_ram_bytes = _prefetch.available_ram_bytes
 _get_fs_type = _prefetch.fs_type
 _prefetch_checkpoint = _prefetch.prefetch_checkpoint
@@ -92,7 +98,9 @@ def _prefetch_decision(files: list[str], requested: bool) -> _core.PrefetchDecis
         known["fstype"] = _get_fs_type(files)
     if _get_checkpoints_size_bytes is not _prefetch.checkpoints_size_bytes:
         known["checkpoint_bytes"] = _get_checkpoints_size_bytes(files)
-    if _get_available_ram_bytes is not _prefetch.available_ram_bytes:
+    if get_available_memory is not _prefetch.available_ram_bytes:
+        known["available_bytes"] = get_available_memory()
+    elif _get_available_ram_bytes is not _prefetch.available_ram_bytes:
         known["available_bytes"] = _get_available_ram_bytes()
     return _prefetch.decide(files, requested, **known)
 
@@ -110,10 +118,12 @@ def safetensors_weights_iterator(
     *,
     safetensors_prefetch_num_threads: int = DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS,
     safetensors_prefetch_block_size: int = DEFAULT_SAFETENSORS_PREFETCH_BLOCK_SIZE,
+    shuffle_safetensors_files: bool = False,
     distributed: bool | None = None,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """Yields (name, tensor) for every tensor of the files, files in natural
-    order, names sorted within a file (as safe_open().keys()).
+    order (shuffle_safetensors_files: in _shuffle_files' rank-seeded order),
+    names sorted within a file (as safe_open().keys()).
 
     Strategies: None (lazy; prefetch first when the files are on NFS/Lustre and
     fit in 90% of free RAM), "lazy" (each tensor's pages mapped in as it comes),
@@ -147,6 +157,8 @@ def safetensors_weights_iterator(
         if prefetch:
             _prefetch_all_checkpoints(sorted_files, num_prefetch_threads=safetensors_prefetch_num_threads,
                                       block_size=safetensors_prefetch_block_size)
+    if shuffle_safetensors_files:
+        sorted_files = _shuffle_files(sorted_files)
 
     if safetensors_load_strategy == "torchao":
         yield from _torchao_iterator(sorted_files, local_expert_ids, desc, use_tqdm_on_load)
@@ -186,13 +198,19 @@ def multi_thread_safetensors_weights_iterator(
     hf_weights_files: list[str],
     use_tqdm_on_load: bool,
     max_workers: int = 4,
+    shuffle_safetensors_files: bool = False,
+    *,
     distributed: bool | None = None,
 ) -> Generator[tuple[str, torch.Tensor], None, None]:
     """`max_workers` engine threads each take whole files and map their
     tensors in; tensors come as they are ready (a file's in offset order, as
-    safetensors' load_file gives them; files may interleave). distributed:
-    as safetensors_weights_iterator."""
+    safetensors' load_file gives them; files may interleave), files started
+    in the order given (shuffle_safetensors_files: _shuffle_files' order).
+    distributed (keyword only: vLLM 0.34's fourth positional parameter is
+    the shuffle): as safetensors_weights_iterator."""
     _check_workers(max_workers)
+    if shuffle_safetensors_files:
+        hf_weights_files = _shuffle_files(hf_weights_files)
     group = _distributed.requested_group(distributed)
     if group is not None:
         yield from _distributed.distributed_weights_iterator(list(hf_weights_files), use_tqdm_on_load, group=group,
@@ -323,6 +341,45 @@ def get_tensor_model_parallel_rank() -> int:
     return 0
 
 
+def get_tensor_model_parallel_world_size() -> int:
+    """vLLM's TP world size when vLLM's parallel state is set up, else the
+    torch.distributed world size, else 1."""
+    try:
+        from vllm.distributed import get_tensor_model_parallel_world_size as vllm_size
+
+        return vllm_size()
+    except Exception:
+        pass
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_world_size()
+    return 1
+
+
+def _world_rank() -> int:
+    """vLLM's world-group rank when vLLM's parallel state is set up, else the
+    torch.distributed rank, else 0."""
+    try:
+        from vllm.distributed import get_world_group
+
+        return get_world_group().rank
+    except Exception:
+        pass
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        return torch.distributed.get_rank()
+    return 0
+
+
+def _shuffle_files(files: list[str]) -> list[str]:
+    """`files` in natural order, then shuffled by random.Random(world rank)
+    (vLLM 0.34's shuffle_safetensors_files: each rank its own order, the same
+    permutation as vLLM's for the same rank and files)."""
+    rank = _world_rank()
+    shuffled = sorted(files, key=_natural_sort_key)
+    random.Random(rank).shuffle(shuffled)
+    logger.info("Shuffled %d safetensors files with seed %d", len(shuffled), rank)
+    return shuffled
+
+
 def row_parallel_weight_loader(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
     """Loads this TP rank's rows (dim 0) of a row-parallel weight; 1-D params are whole."""
     if param.dim() != 1:
@@ -340,3 +397,23 @@ def sharded_weight_loader(shard_axis: int) -> LoaderFunction:
         return default_weight_loader(param, loaded_weight)
 
     return loader
+
+
+def load_attention_sink(param: torch.Tensor, loaded_weight: torch.Tensor) -> None:
+    """A global attention sink (one value per head) into this TP rank's
+    parameter: its heads (ValueError when the heads do not split evenly over
+    the ranks), the parameter's padding heads set to -inf."""
+    tp_size = get_tensor_model_parallel_world_size()
+    heads = loaded_weight.numel()
+    if heads % tp_size:
+        raise ValueError(f"Attention sink heads ({heads}) must be divisible by tp_size ({tp_size})")
+    local = heads // tp_size
+    default_weight_loader(param[:local], loaded_weight.narrow(0, get_tensor_model_parallel_rank() * local, local))
+    param.data[local:].fill_(-float("inf"))
+
+
+def make_attention_sink(num_heads: int, dtype: torch.dtype | None = None) -> torch.nn.Parameter:
+    """A sink parameter of `num_heads` values, all -inf, loaded by load_attention_sink."""
+    sink = torch.nn.Parameter(torch.full((num_heads,), -float("inf"), dtype=dtype), requires_grad=False)
+    sink.weight_loader = load_attention_sink
+    return sink

@@ -73,8 +73,8 @@ class Calls:
     def __init__(self, plan):
         self.plan, self.calls = list(plan), []
 
-    def __call__(self, files, device, gds, pg, desc, use_tqdm_on_load, per_tensor_bar=False):
-        self.calls.append({"files": files, "device": device, "gds": gds, "pg": pg})
+    def __call__(self, files, device, gds, pg, desc, use_tqdm_on_load, per_tensor_bar=False, **kw):
+        self.calls.append({"files": files, "device": device, "gds": gds, "pg": pg, **kw})
         step = self.plan.pop(0)
         for item in step:
             if isinstance(item, Exception):
