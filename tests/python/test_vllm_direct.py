@@ -318,3 +318,56 @@ def test_a_pytorch_bin_checkpoint_goes_the_same_way(tmp_path):
     assert len(plan.placements) >= 8
     loose, clashing = _direct.check_placements(plan, mat)
     assert not loose and not clashing
+
+
+class _Quant:
+    def __init__(self, transforms=(), fail=False):
+        self.transforms, self.fail = list(transforms), fail
+
+    def get_checkpoint_weight_mapper(self):
+        if self.fail:
+            raise RuntimeError("no mapper")
+        return type("M", (), {"weights_transforms": self.transforms})()
+
+
+def test_tensors_the_weights_transforms_touch():
+    """vLLM 0.34's WeightsMapper.weights_transforms rewrite the stream before the
+    name mapping: what they rename, rewrite, drop, hold back or read is left to the model."""
+    tensors = [(n, torch.bfloat16, (4, 4)) for n in ("a", "b", "c", "d", "e", "f")]
+
+    def rename(ws):
+        for n, t in ws:
+            yield ("b2" if n == "b" else n), t
+
+    def scale(ws):
+        for n, t in ws:
+            yield n, (t.mul_(2) if n == "c" else t)
+
+    def drop_and_add(ws):
+        for n, t in ws:
+            if n == "d":
+                continue
+            yield n, t
+            if n == "a":  # a new tensor shaped like it (whisper's fake k bias): `a` itself untouched
+                yield "a_bias", torch.zeros_like(t)
+
+    def pair(ws):  # holds `e` back until `f` comes, then yields a new tensor for both (scale pairing)
+        held = None
+        for n, t in ws:
+            if n == "e":
+                held = t
+            elif n == "f":
+                yield "ef", torch.cat([held, t])
+            else:
+                yield n, t
+
+    model = torch.nn.Module()
+    assert _direct.touched_by_transforms(model, tensors) == set()
+    model.hf_to_vllm_mapper = type("M", (), {"weights_transforms": [rename, scale]})()
+    model.quant_config = _Quant([drop_and_add, pair])
+    assert _direct.touched_by_transforms(model, tensors) == {"b", "b2", "c", "d", "e", "f", "ef", "a_bias"}
+    # A transform that cannot run on metadata, or a mapper that cannot be asked: nothing planned.
+    model.quant_config = _Quant([lambda ws: ((n, t.tolist()) for n, t in ws)])
+    assert _direct.touched_by_transforms(model, tensors) == {n for n, _, _ in tensors}
+    model.quant_config = _Quant(fail=True)
+    assert _direct.touched_by_transforms(model, tensors) == {n for n, _, _ in tensors}

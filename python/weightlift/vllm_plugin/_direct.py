@@ -272,6 +272,81 @@ def make_plan(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.dtype, 
     return plan
 
 
+def weights_transforms(model: torch.nn.Module) -> list | None:
+    """vLLM 0.34's WeightsMapper.weights_transforms that the model's
+    load_weights runs over the raw stream before its name mapping: those of
+    its hf_to_vllm_mapper and of its quantization config's mappers (looked
+    up as vLLM's AutoWeightsLoader does: the model or a direct child holding
+    a quant_config). None when a mapper cannot be asked (then nothing is
+    planned)."""
+    mappers = [getattr(model, "hf_to_vllm_mapper", None)]
+    quant = next((m.quant_config for m in (model, *model.children())
+                  if getattr(m, "quant_config", None) is not None), None)
+    for getter in ("get_cache_scale_mapper", "get_checkpoint_weight_mapper"):
+        fn = getattr(quant, getter, None)
+        if callable(fn):
+            try:
+                mappers.append(fn())
+            except Exception as e:  # a config we cannot ask: plan nothing rather than guess
+                logger.info("weightlift: %s.%s() failed (%s); nothing read straight into parameters",
+                            type(quant).__name__, getter, e)
+                return None
+    return [t for m in mappers for t in (getattr(m, "weights_transforms", None) or [])]
+
+
+# Torch functions a transform may call on a tensor without touching its
+# values: metadata, and new tensors shaped like it (whisper's fake k bias).
+_SHAPED_LIKE = {torch.zeros_like, torch.empty_like, torch.ones_like, torch.full_like}
+
+
+def touched_by_transforms(model: torch.nn.Module,
+                          tensors: Iterable[tuple[str, torch.dtype, tuple[int, ...]]]) -> set[str]:
+    """The checkpoint tensors (name, dtype, shape) the model's
+    weights_transforms touch: the transforms run over meta-tensor probes of
+    the checkpoint, and a tensor counts as untouched only when it comes out
+    of them as the same object under the same name with no operation run on
+    its values (a rename, a rewrite, a drop, a tensor held back or made
+    anew: touched). A transform that fails on the probes touches everything."""
+    tensors = list(tensors)
+    transforms = weights_transforms(model)
+    if transforms is None:
+        return {n for n, _, _ in tensors}
+    if not transforms:
+        return set()
+    probes = {n: torch.empty(shape, dtype=dtype, device="meta") for n, dtype, shape in tensors}
+    source = {id(t): n for n, t in probes.items()}
+    touched: set[str] = set()
+    passed: set[str] = set()
+
+    class _Watch(torch.overrides.TorchFunctionMode):
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if func not in _META and func not in _SHAPED_LIKE:
+                for a in torch.utils._pytree.tree_leaves((args, kwargs)):
+                    if isinstance(a, torch.Tensor) and id(a) in source:
+                        touched.add(source[id(a)])
+            return func(*args, **kwargs)
+
+    try:
+        with _Watch():
+            stream = iter(probes.items())
+            for transform in transforms:
+                stream = transform(stream)
+            for name, t in stream:
+                origin = source.get(id(t))
+                if origin == name:
+                    passed.add(name)
+                else:
+                    touched.add(name)
+                    if origin is not None:
+                        touched.add(origin)
+    except Exception as e:
+        logger.info("weightlift: the model's weights_transforms cannot run on metadata (%s); nothing read "
+                    "straight into parameters", e)
+        return set(probes)
+    return touched | (set(probes) - passed)
+
+
 def check_placements(plan: Plan, materializer: Materializer | None = None) -> tuple[list[Placement], list[Placement]]:
     """After the model's load_weights: (loose, clashing) placements.
 

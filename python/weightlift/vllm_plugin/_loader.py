@@ -17,7 +17,9 @@ import glob
 import logging
 import os
 import time
+import weakref
 from collections.abc import Generator
+from contextlib import contextmanager
 
 import torch
 from torch import nn
@@ -39,6 +41,11 @@ SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 # Finished tensors the engine may keep ready ahead of the model (views of
 # the page cache mapped in, or owned memory for cold files).
 _LOOKAHEAD_BYTES = 64 << 20
+
+
+# Models whose first load_weights ran through this plug-in (any loader
+# instance: vLLM builds a fresh loader for every reload).
+_LOADED_MODELS: weakref.WeakSet = weakref.WeakSet()
 
 
 def is_object_url(path: str) -> bool:
@@ -71,6 +78,7 @@ class WeightliftModelLoader(DefaultModelLoader):
             load_config.model_loader_extra_config = original
         self._model: nn.Module | None = None
         self._hub_sources: dict = {}
+        self._first_load_of: nn.Module | None = None
 
     # ---- which files ------------------------------------------------------------------------------
 
@@ -235,6 +243,33 @@ class WeightliftModelLoader(DefaultModelLoader):
 
     # ---- the weights -------------------------------------------------------------------------------
 
+    def load_weights(self, model: nn.Module, model_config: ModelConfig) -> None:
+        """vLLM's load_weights (model.load_weights over get_all_weights, the
+        weights tracking); the model's first one may write into parameters."""
+        with self._first_load(model):
+            super().load_weights(model, model_config)
+
+    @contextmanager
+    def _first_load(self, model: nn.Module):
+        self._first_load_of = model if model not in _LOADED_MODELS else None
+        try:
+            yield
+        finally:
+            self._first_load_of = None
+            _LOADED_MODELS.add(model)
+
+    def _is_first_load(self, model: nn.Module | None) -> bool:
+        """Which caller is this: True only inside the model's first
+        load_weights (through this loader's load_weights, as load_model runs
+        it), where the parameters hold nothing yet and the model takes every
+        tensor, so the engine may write straight into them. Every other caller
+        of get_all_weights gets a plain stream: reload_weights (a fresh loader;
+        parameters on meta, or views of processed weights under 0.34's
+        VLLM_RELOAD_MODE=direct), EPLB's redistribution (a fresh loader whose
+        caller keeps a few MoE layers of a serving model), a second
+        load_weights of the same model, any future caller."""
+        return model is not None and model is self._first_load_of
+
     def get_all_weights(self, model_config: ModelConfig, model: nn.Module):
         self._model = model
         if is_object_url(getattr(model_config, "model_weights", "") or ""):
@@ -298,14 +333,10 @@ class WeightliftModelLoader(DefaultModelLoader):
             files = filter_safetensors_files_by_weight_name(files, source.is_unused_weight)
         return files
 
-    def _engine_weights(self, files: list[str], prefix: str) -> Generator[tuple[str, torch.Tensor], None, None]:
-        """(name, tensor) of every tensor of `files` for the model's
-        load_weights(): first the tensors the engine read straight into
-        parameters (stand-ins), then the rest as the engine hands them over."""
-        opts = self.options
-        model = self._model
-        files = [os.fspath(f) for f in files]
-        t0 = time.perf_counter()
+    def _listed(self, files: list[str]) -> tuple[list[tuple[str, str, tuple]], dict[str, str]]:
+        """Every tensor of `files` this rank loads, vLLM's expert filter
+        (should_skip_weight over local_expert_ids) applied: ([(name, dtype,
+        shape)], {name: file})."""
         from vllm.model_executor.model_loader.ep_weight_filter import should_skip_weight
 
         experts = self.local_expert_ids
@@ -317,11 +348,82 @@ class WeightliftModelLoader(DefaultModelLoader):
                     continue
                 file_of[name] = f
                 listed.append((name, dtype, tuple(shape)))
+        return listed, file_of
+
+    def _shuffled(self, files: list[str], distributed: bool) -> list[str]:
+        """LoadConfig.shuffle_safetensors_files (vLLM 0.34): each rank reads the
+        files in its own order (vLLM's rank-seeded permutation). Not with the
+        distributed read, whose plan the ranks must agree on (there each file
+        is read by one rank anyway)."""
+        if not getattr(self.load_config, "shuffle_safetensors_files", False) or len(files) < 2:
+            return files
+        if distributed:
+            logger.info("weightlift: shuffle_safetensors_files: the ranks read the checkpoint once in total, "
+                        "each its own part; the file order is the plan's")
+            return files
+        if not all(f.endswith(".safetensors") for f in files):
+            return files
+        from weightlift.vllm_compat import _shuffle_files
+
+        return _shuffle_files(files)
+
+    def _plain_weights(self, files: list[str], prefix: str) -> Generator[tuple[str, torch.Tensor], None, None]:
+        """The stream every caller but the model's first load_weights gets:
+        the engine's tensors (views of the page cache, or owned memory for
+        cold files), whole, in checkpoint order, as vLLM's own iterators give
+        them; nothing is written into a parameter and nothing is exchanged
+        between ranks, so a caller that keeps only some tensors (EPLB's few
+        MoE layers) changes only what it keeps. The expert filter and
+        shuffle_safetensors_files apply as in vLLM's iterators."""
+        opts = self.options
+        t0 = time.perf_counter()
+        listed, _ = self._listed(files)
+        files = self._shuffled(files, distributed=False)
+        tp_rank, tp_size, _ = _parallel()
+        extra = {} if self.local_expert_ids is None else {"local_expert_ids": sorted(self.local_expert_ids)}
+        stats = {"caller": "stream", "model_tensors": 0, "model_bytes": 0, "tp_rank": tp_rank, "tp_size": tp_size,
+                 "files": len(files), "total_bytes": sum(_nbytes(d, s) for _, d, s in listed)}
+        logger.info("weightlift: %d checkpoint files as a plain stream (not the model's first load_weights: "
+                    "nothing is written into parameters)", len(files))
+        with _affinity.widened(opts.cpus):  # the stream's threads start here
+            stream = open_stream(files, max_queued_bytes=max(opts.max_memory // 4, _LOOKAHEAD_BYTES), ordered=True,
+                                 strategy=opts.strategy, order="name", file_views=True, **opts.engine(**extra))
+        p: dict = {}
+        for name, t in tensors(stream, files, stats=p):
+            stats["model_tensors"] += 1
+            stats["model_bytes"] += t.numel() * t.element_size()
+            yield prefix + name, t
+        stats.update(bytes_read=p.get("bytes_read", 0), strategy=p.get("strategy"),
+                     seconds=time.perf_counter() - t0)
+        logger.info("weightlift: %.2f GiB (%d tensors) streamed in %.2f s", stats["model_bytes"] / 1024**3,
+                    stats["model_tensors"], stats["seconds"])
+        _progress.dump_stats(stats, kind="stream")
+
+    def _engine_weights(self, files: list[str], prefix: str) -> Generator[tuple[str, torch.Tensor], None, None]:
+        """(name, tensor) of every tensor of `files` for the caller. In the
+        model's first load_weights: first the tensors the engine read straight
+        into parameters (stand-ins), then the rest as the engine hands them
+        over. Any other caller: _plain_weights."""
+        files = [os.fspath(f) for f in files]
+        if not self._is_first_load(self._model):
+            yield from self._plain_weights(files, prefix)
+            return
+        opts = self.options
+        model = self._model
+        t0 = time.perf_counter()
+        listed, file_of = self._listed(files)
         tp_rank, tp_size, group = _parallel()
         device_type = _param_device_type(model)
         plan = _direct.Plan()
         if opts.into_params:
             plannable = [(prefix + n, TORCH_DTYPES[d], s) for n, d, s in listed if d in TORCH_DTYPES]
+            # vLLM 0.34's WeightsMapper.weights_transforms rewrite the stream before
+            # the name mapping: the tensors they touch are left to the model.
+            touched = _direct.touched_by_transforms(model, plannable)
+            if touched:
+                logger.info("weightlift: %d tensor(s) the model's weights_transforms touch go through its "
+                            "load_weights", len(touched))
+            plannable = [t for t in plannable if t[0] not in touched]
             plan = _direct.make_plan(model, plannable, tp_rank, tp_size, device_type)
         unprefixed = {prefix + n: n for n, _, _ in listed}
         shapes = {n: s for n, _, s in listed}
@@ -338,13 +440,14 @@ class WeightliftModelLoader(DefaultModelLoader):
             from .._distributed import collective_for_group
 
             collective = collective_for_group(group)
+        files = self._shuffled(files, collective is not None)
         common = dict(tp_rank=tp_rank, tp_size=tp_size) if tp_size > 1 else {}
         # CUDA parameters: the engine fills them through its pinned staging ring.
         into_device = dict(device=f"cuda:{torch.cuda.current_device()}") if device_type == "cuda" else {}
         if collective is not None:
             common["collective"] = collective
-        if experts is not None:
-            common["local_expert_ids"] = sorted(experts)
+        if self.local_expert_ids is not None:
+            common["local_expert_ids"] = sorted(self.local_expert_ids)
 
         total_bytes = sum(_nbytes(d, s) for _, d, s in listed)
         bar = _progress.FileBar(files, file_of, self.load_config.use_tqdm_on_load)

@@ -117,19 +117,29 @@ def log_done(stats: dict, placements: int, loose: list, mat) -> None:
                        len(loose), ", ".join(p.name for p in loose[:5]))
 
 
-def dump_stats(stats: dict) -> None:
+def dump_stats(stats: dict, kind: str = "load") -> None:
     """With $WEIGHTLIFT_VLLM_STATS_DIR set (tests, bench/vllm): this rank's
-    figures as rank<R>-<pid>.json there."""
+    figures there, as rank<R>-<pid>.json for a model's first load_weights
+    (kind "load"), stream-rank<R>-<pid>-<n>.json for the n-th plain stream
+    (kind "stream": reload_weights, EPLB, any other caller)."""
     folder = os.environ.get("WEIGHTLIFT_VLLM_STATS_DIR")
     if not folder:
         return
     import json
 
+    global _streams
     os.makedirs(folder, exist_ok=True)
-    path = os.path.join(folder, f"rank{stats.get('tp_rank', 0)}-{os.getpid()}.json")
+    stem = f"rank{stats.get('tp_rank', 0)}-{os.getpid()}"
+    if kind == "stream":
+        _streams += 1
+        stem = f"stream-{stem}-{_streams}"
+    path = os.path.join(folder, stem + ".json")
     with open(path + ".tmp", "w") as f:
         json.dump(stats, f)
     os.replace(path + ".tmp", path)
+
+
+_streams = 0
 
 
 class _ToVllmLog(logging.Handler):
