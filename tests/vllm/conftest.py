@@ -7,6 +7,9 @@ session-wide run (`runs(name)`), shared by every test that compares it:
 
     auto-tp1            LLM(load_format="auto"), the reference
     weightlift-tp1      LLM(local folder, load_format="weightlift")
+                        (both then: reload_weights to another checkpoint and back, and
+                        EPLB's filtered get_all_weights stream, each followed by a hash
+                        of every parameter: AFTER)
     weightlift-serve    vLLM's OpenAI server with --load-format weightlift (local folder)
     weightlift-s3       LLM(s3://..., load_format="weightlift") on loopback moto
     weightlift-hub      LLM("org/tied-llama", ...) on the loopback Hub server
@@ -14,7 +17,8 @@ session-wide run (`runs(name)`), shared by every test that compares it:
 
 all on one model, written by `weightlift synth --size SMALL` and then tied
 (lm_head dropped, tie_word_embeddings true): it has shared (tied), stacked
-(q/k/v, gate/up) and float32-into-bf16 (norms) tensors.
+(q/k/v, gate/up) and float32-into-bf16 (norms) tensors. `model_b` is the same
+architecture with other values (another seed).
 """
 from __future__ import annotations
 
@@ -43,8 +47,9 @@ VOCAB = 8192  # synth SMALL
 PROMPTS = [random.Random(i).sample(range(1, VOCAB), 12) for i in range(3)]
 
 
-def synth(folder: pathlib.Path, size: str = "SMALL", shards: int = 3) -> pathlib.Path:
-    subprocess.run([CLI, "synth", str(folder), "--size", size, "--shards", str(shards)], check=True,
+def synth(folder: pathlib.Path, size: str = "SMALL", shards: int = 3, seed: int | None = None) -> pathlib.Path:
+    seed_args = [] if seed is None else ["--seed", str(seed)]
+    subprocess.run([CLI, "synth", str(folder), "--size", size, "--shards", str(shards), *seed_args], check=True,
                    capture_output=True)
     return folder
 
@@ -97,9 +102,28 @@ def checkpoint_bytes(folder: pathlib.Path) -> int:
     return total
 
 
+@pytest.fixture(scope="session")
+def model_b(tmp_path_factory) -> pathlib.Path:
+    folder = synth(tmp_path_factory.mktemp("vllm") / "tied-llama-b", seed=7)
+    tie(folder)
+    return folder
+
+
+# After generation, in auto-tp1 and weightlift-tp1 (tests/vllm/wl_worker_ext.py):
+# hashes after the first load of A, reload_weights to B, back to A, then EPLB's
+# filtered stream from B keeping one decoder layer.
+FILTERED_MODULE = "model.layers.1"
+
+
+def after_steps(a, b) -> list:
+    return [["hashes"], ["reload", str(b)], ["hashes"], ["reload", str(a)], ["hashes"],
+            ["filtered", str(b), FILTERED_MODULE], ["hashes"]]
+
+
 class Run:
-    def __init__(self, result: dict, log: str, stats: list[dict], seconds: float):
+    def __init__(self, result: dict, log: str, stats: list[dict], seconds: float, streams: list[dict] = ()):
         self.result, self.log, self.stats, self.seconds = result, log, stats, seconds
+        self.streams = list(streams)  # the plug-in's plain streams (stream-rank*.json)
 
     @property
     def tokens(self):
@@ -111,11 +135,12 @@ class Run:
 
 
 def run_llm(tmp: pathlib.Path, name: str, model, load_format: str, tp: int = 1, env: dict | None = None,
-            extra: dict | None = None, prompts=PROMPTS, timeout: float = 600) -> Run:
+            extra: dict | None = None, prompts=PROMPTS, timeout: float = 600, after: list | None = None) -> Run:
     out = tmp / f"{name}.json"
     stats_dir = tmp / f"{name}-stats"
     args = {"model": str(model), "load_format": load_format, "tp": tp, "out": str(out), "prompts": prompts,
-            "max_tokens": 8, "logprobs": 5, "stats_dir": str(stats_dir), "env": env or {}, "extra": extra}
+            "max_tokens": 8, "logprobs": 5, "stats_dir": str(stats_dir), "env": env or {}, "extra": extra,
+            "after": after}
     e = {k: v for k, v in os.environ.items() if k != "VLLM_ENABLE_V1_MULTIPROCESSING"}  # vLLM's default mode
     if tp > 1:  # vLLM's CPU auto-binding wants a NUMA node per worker; this machine has one
         e.setdefault("VLLM_CPU_OMP_THREADS_BIND", "nobind")
@@ -138,7 +163,9 @@ def run_llm(tmp: pathlib.Path, name: str, model, load_format: str, tp: int = 1, 
     if rc != 0 or not out.exists():
         raise AssertionError(f"vLLM run {name} failed ({rc}):\n{log[-8000:]}")
     stats = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("rank*.json"))] if stats_dir.exists() else []
-    return Run(json.loads(out.read_text()), log, stats, seconds)
+    streams = [json.loads(p.read_text()) for p in sorted(stats_dir.glob("stream-rank*.json"),
+                                                           key=lambda p: int(p.stem.rsplit("-", 1)[1]))]
+    return Run(json.loads(out.read_text()), log, stats, seconds, streams)
 
 
 def serve(tmp: pathlib.Path, name: str, model, load_format: str, prompts=PROMPTS, timeout: float = 600) -> Run:
@@ -242,10 +269,9 @@ def runs(model, tmp_path_factory, request):
 
     def get(name: str) -> Run:
         if name not in done:
-            if name == "auto-tp1":
-                done[name] = run_llm(tmp, name, model, "auto")
-            elif name == "weightlift-tp1":
-                done[name] = run_llm(tmp, name, model, "weightlift")
+            if name in ("auto-tp1", "weightlift-tp1"):
+                b = request.getfixturevalue("model_b")
+                done[name] = run_llm(tmp, name, model, name.split("-")[0], after=after_steps(model, b))
             elif name == "weightlift-serve":
                 done[name] = serve(tmp, name, model, "weightlift")
             elif name == "weightlift-s3":

@@ -6,7 +6,10 @@ format, generates greedily from token-id prompts, writes a JSON result.
 Used by tests/vllm/ and bench/vllm/. Result: token ids and top-k logprobs
 per prompt, vLLM's own "Loading weights took" and "Model loading took"
 figures, the whole LLM() construction time, the process's peak RSS, and
-(load format weightlift) each rank's loader statistics.
+(load format weightlift) each rank's loader statistics. With "after":
+steps run once generation is done, through the worker extension
+wl_worker_ext.py, each step's result kept in "after" (["hashes"],
+["reload", PATH], ["filtered", PATH, MODULE]).
 """
 from __future__ import annotations
 
@@ -39,6 +42,12 @@ def main() -> None:
         kw["safetensors_load_strategy"] = args["safetensors_load_strategy"]
     if int(args.get("tp", 1)) > 1:
         kw["distributed_executor_backend"] = "mp"
+    if args.get("after"):
+        # The workers import the extension: this folder on their path.
+        here = os.path.dirname(os.path.abspath(__file__))
+        os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (here, os.environ.get("PYTHONPATH")) if p)
+        sys.path.insert(0, here)
+        kw["worker_extension_cls"] = "wl_worker_ext.WeightliftTestExtension"
     t0 = time.perf_counter()
     llm = LLM(**kw)
     construct = time.perf_counter() - t0
@@ -56,6 +65,11 @@ def main() -> None:
         out["tokens"] = [list(r.outputs[0].token_ids) for r in res]
         out["logprobs"] = [[sorted((int(k), float(v.logprob)) for k, v in step.items())
                             for step in r.outputs[0].logprobs] for r in res]
+    after = []
+    for step in args.get("after") or []:
+        call = {"hashes": "wl_param_hashes", "reload": "wl_reload", "filtered": "wl_filtered"}[step[0]]
+        after.append(llm.collective_rpc(call, args=tuple(step[1:]))[0])
+    out["after"] = after
     out["peak_rss_bytes"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
     out["peak_rss_children_bytes"] = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024
     with open(args["out"], "w") as f:
