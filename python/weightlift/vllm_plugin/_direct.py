@@ -322,7 +322,7 @@ def touched_by_transforms(model: torch.nn.Module,
         def __torch_function__(self, func, types, args=(), kwargs=None):
             kwargs = kwargs or {}
             if func not in _META and func not in _SHAPED_LIKE:
-                for a in torch.utils._pytree.tree_leaves((args, kwargs)):
+                for a in torch.utils._pytree.tree_flatten((args, kwargs))[0]:
                     if isinstance(a, torch.Tensor) and id(a) in source:
                         touched.add(source[id(a)])
             return func(*args, **kwargs)
