@@ -133,6 +133,30 @@ def test_instanttensor_device_order_and_group(shards, monkeypatch, fake_cuda):
     assert os.path.basename(c["files"][-1]) == "model-10.safetensors"
 
 
+def test_instanttensor_engram_tables_on_the_host_and_local_experts(tmp_path, monkeypatch, fake_cuda):
+    """vLLM 0.34: load_engram_on_cpu keeps Engram tables out of the device load and
+    yields them afterwards from host memory; local_expert_ids goes to the engine; either
+    makes the ranks' tensor sets differ, so the world group stays out."""
+    p = tmp_path / "model.safetensors"
+    names = ["model.engram.embed.weight", "model.layers.0.mlp.experts.1.w1.weight",
+             "ple.ple_embedding.ngram_embedding.shard_3.weight", "model.norm.weight"]
+    weightlift.save_file({n: torch.full((2,), float(i)) for i, n in enumerate(names)}, p)
+    calls = Calls([[("model.norm.weight", "on-device")]] * 3)
+    monkeypatch.setattr(_gpu, "_device_stream", calls)
+    monkeypatch.setattr(_gpu, "_world_group", lambda: "world")
+    monkeypatch.setattr(_gpu, "_group_size", lambda pg: 2)
+    got = list(instanttensor_weights_iterator([str(p)], False, load_engram_on_cpu=True))
+    assert got[0] == ("model.norm.weight", "on-device")
+    host = dict(got[1:])
+    assert sorted(host) == sorted([names[0], names[2]])
+    assert torch.equal(host[names[0]], torch.full((2,), 0.0)) and host[names[2]].device.type == "cpu"
+    assert sorted(calls.calls[0]["exclude"]) == sorted([names[0], names[2]]) and calls.calls[0]["pg"] is None
+    list(instanttensor_weights_iterator([str(p)], False, {1}))
+    assert calls.calls[1]["local_expert_ids"] == {1} and calls.calls[1]["pg"] is None
+    list(instanttensor_weights_iterator([str(p)], False))  # neither: the group goes to the engine
+    assert calls.calls[2]["pg"] == "world" and calls.calls[2]["exclude"] is None
+
+
 def test_a_process_group_goes_to_the_engine(shards, monkeypatch):
     assert _gpu._collective_options(None) == {}
     pg, made = object(), []
