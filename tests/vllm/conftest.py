@@ -110,14 +110,16 @@ def model_b(tmp_path_factory) -> pathlib.Path:
 
 
 # After generation, in auto-tp1 and weightlift-tp1 (tests/vllm/wl_worker_ext.py):
-# hashes after the first load of A, reload_weights to B, back to A, then EPLB's
-# filtered stream from B keeping one decoder layer.
+# every parameter's hash after the first load of A, then after reload_weights
+# to B, back to A, and EPLB's filtered stream from B keeping one decoder layer,
+# each followed by the prompts' generation again (vLLM's CPU linear layers keep
+# their weights in oneDNN's packed form, outside the parameters).
 FILTERED_MODULE = "model.layers.1"
 
 
 def after_steps(a, b) -> list:
-    return [["hashes"], ["reload", str(b)], ["hashes"], ["reload", str(a)], ["hashes"],
-            ["filtered", str(b), FILTERED_MODULE], ["hashes"]]
+    return [["hashes"], ["reload", str(b)], ["hashes"], ["generate"], ["reload", str(a)], ["hashes"], ["generate"],
+            ["filtered", str(b), FILTERED_MODULE], ["hashes"], ["generate"]]
 
 
 class Run:

@@ -9,7 +9,7 @@ figures, the whole LLM() construction time, the process's peak RSS, and
 (load format weightlift) each rank's loader statistics. With "after":
 steps run once generation is done, through the worker extension
 wl_worker_ext.py, each step's result kept in "after" (["hashes"],
-["reload", PATH], ["filtered", PATH, MODULE]).
+["reload", PATH], ["filtered", PATH, MODULE], ["generate"]: the prompts again).
 """
 from __future__ import annotations
 
@@ -52,21 +52,13 @@ def main() -> None:
     llm = LLM(**kw)
     construct = time.perf_counter() - t0
     out = {"construct_seconds": construct}
-    prompts = args.get("prompts") or []
-    if prompts:
-        sp = SamplingParams(temperature=0.0, max_tokens=int(args.get("max_tokens", 8)),
-                            logprobs=int(args.get("logprobs", 5)), ignore_eos=True, seed=0)
-        # One prompt at a time: in vLLM's default mode the requests reach the
-        # engine core over a socket, so two prompts given together may be
-        # scheduled in one batch or in two depending on timing, and a CPU
-        # GEMM's rounding depends on the batch's shape (logprobs then differ
-        # in the last bits with identical weights).
-        res = [llm.generate([{"prompt_token_ids": p}], sp, use_tqdm=False)[0] for p in prompts]
-        out["tokens"] = [list(r.outputs[0].token_ids) for r in res]
-        out["logprobs"] = [[sorted((int(k), float(v.logprob)) for k, v in step.items())
-                            for step in r.outputs[0].logprobs] for r in res]
+    if args.get("prompts"):
+        out.update(generate(llm, SamplingParams, args))
     after = []
     for step in args.get("after") or []:
+        if step[0] == "generate":
+            after.append(generate(llm, SamplingParams, args))
+            continue
         call = {"hashes": "wl_param_hashes", "reload": "wl_reload", "filtered": "wl_filtered"}[step[0]]
         after.append(llm.collective_rpc(call, args=tuple(step[1:]))[0])
     out["after"] = after
@@ -86,6 +78,21 @@ def main() -> None:
         except psutil.NoSuchProcess:
             pass
     os._exit(0)
+
+
+def generate(llm, SamplingParams, args: dict) -> dict:
+    """Greedy token ids and top-k logprobs of each prompt."""
+    sp = SamplingParams(temperature=0.0, max_tokens=int(args.get("max_tokens", 8)),
+                        logprobs=int(args.get("logprobs", 5)), ignore_eos=True, seed=0)
+    # One prompt at a time: in vLLM's default mode the requests reach the
+    # engine core over a socket, so two prompts given together may be
+    # scheduled in one batch or in two depending on timing, and a CPU
+    # GEMM's rounding depends on the batch's shape (logprobs then differ
+    # in the last bits with identical weights).
+    res = [llm.generate([{"prompt_token_ids": p}], sp, use_tqdm=False)[0] for p in args["prompts"]]
+    return {"tokens": [list(r.outputs[0].token_ids) for r in res],
+            "logprobs": [[sorted((int(k), float(v.logprob)) for k, v in step.items())
+                          for step in r.outputs[0].logprobs] for r in res]}
 
 
 def parse_log(text: str) -> dict:
