@@ -78,6 +78,10 @@ def get_quant_config(model_config, load_config):
     if r.source == "online":
         from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
 
+        if quant_cls is not OnlineQuantizationConfig:  # mxfp4, fp8 with online arguments: the shorthand's
+            shorthand = _online_shorthand(r.quantization, online)
+            if shorthand is not None:
+                return shorthand
         _check_online_weight_keys(online)
         return OnlineQuantizationConfig(args=online)
     if r.source == "default":

@@ -43,6 +43,17 @@ const std::vector<std::pair<std::string, std::vector<std::string>>>& method_tabl
       {"mxfp4", {}},
       {"petit_nvfp4", {"hf_quant_config.json"}},
       {"modelopt_mixed", {"hf_quant_config.json"}},
+      // vLLM 0.34's online quantization (OnlineQuantizationConfig: no config
+      // file): `online` with its arguments, and the shorthands (mxfp4 above).
+      {"online", {}},
+      {"fp8_per_tensor", {}},
+      {"fp8_per_block", {}},
+      {"fp8_per_channel", {}},
+      {"int8_per_channel_weight_only", {}},
+      {"nvfp4_per_token", {}},
+      {"mxfp8", {}},
+      {"lut_b_moe", {}},
+      {"mxfp4_hadamard32", {}},
   };
   return table;
 }

@@ -195,3 +195,30 @@ def test_every_function_of_034_is_in_vllm_compat_and_takes_034s_calls(module):
     assert not wrong, wrong
     if module == "weight_utils":
         assert callable(vllm_compat.DisabledTqdm) and issubclass(vllm_compat.DisabledTqdm, theirs.DisabledTqdm.__mro__[1])
+
+
+def _quant_model_config(folder, method, online=None):
+    import types
+
+    return types.SimpleNamespace(model=str(folder), quantization=method, quantization_config=online,
+                                 hf_config=types.SimpleNamespace(), hf_overrides={}, revision=None)
+
+
+@pytest.mark.parametrize(("method", "online"), [
+    ("fp8_per_tensor", None), ("fp8_per_block", None), ("mxfp8", None), ("mxfp4_hadamard32", None), ("fp8", None),
+    ("fp8_per_tensor", "fp8_per_block"), ("mxfp4", "fp8_per_channel"), ("fp8", "fp8_per_block"),
+    ("online", "fp8_per_block")])
+def test_get_quant_config_for_online_quantization_as_034(tmp_path, method, online):
+    """0.34's online quantization without a checkpoint config: a shorthand gives
+    OnlineQuantizationConfig of its arguments, the user's merged over them; `fp8` is
+    fp8_per_tensor; `online` (and a shorthand's own class) takes the user's arguments."""
+    from vllm.config import quantization as q
+    from vllm.config.load import LoadConfig
+    from vllm.model_executor.model_loader import weight_utils as theirs
+
+    from weightlift import vllm_compat as ours
+
+    args = None if online is None else q._ONLINE_SHORTHANDS[online]
+    want = theirs.get_quant_config(_quant_model_config(tmp_path, method, args), LoadConfig())
+    got = ours.get_quant_config(_quant_model_config(tmp_path, method, args), LoadConfig())
+    assert type(got) is type(want) and got.args == want.args
