@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -61,6 +62,14 @@ struct OpenOptions {
   // Non-empty: open() fails with kAborted ("changed since it was planned")
   // unless the file's version() equals this.
   std::string expect_version;
+};
+
+// A hash of a whole file that its source vouches for (an object store's
+// metadata), to check a copy of the file against (docs/integrity.md).
+struct VouchedHash {
+  std::string algorithm;  // "crc32c", "crc32", "sha256", "sha1" or "md5"
+  std::string hex;        // the digest, lower-case hex (a CRC's 4 bytes big-endian)
+  std::string from;       // where it was found: "x-goog-hash", "x-amz-checksum-crc32c", "ETag"
 };
 
 // An open, immutable file. Thread-safe: every method may be called from many
@@ -111,6 +120,11 @@ class RandomAccessFile : public std::enable_shared_from_this<RandomAccessFile> {
   // True for sources where every read is a network request (HTTP, S3): the
   // planner then prefers few large ranged reads and never maps the file.
   virtual bool is_remote() const { return false; }
+
+  // The hash the source vouches for this version of the file (GCS's
+  // x-goog-hash, S3's x-amz-checksum-* or single-part MD5 ETag), nullopt when
+  // it offers none (local files, plain URLs, multipart objects).
+  virtual std::optional<VouchedHash> vouched_hash() const { return std::nullopt; }
 };
 
 // A file being written. Not thread-safe, except write_at() on disjoint ranges.
@@ -132,10 +146,17 @@ class WritableFile {
   virtual Status close() = 0;  // idempotent; the first error of close()
 };
 
+// A writable file is never opened through a symbolic link (O_NOFOLLOW: a link
+// at the final name is kPermissionDenied), whatever the options.
 struct WriteOptions {
   unsigned mode = 0644;    // permission bits for a new file (minus umask)
   bool truncate = true;    // false: keep existing contents (resume), append at the end
-  bool exclusive = false;  // fail with kAlreadyExists when the file exists
+  bool exclusive = false;  // fail with kAlreadyExists when the file exists (O_CREAT|O_EXCL)
+  // Resume an existing file only: never created; opened only when it is a
+  // regular file owned by this process's effective user with a single link,
+  // else kPermissionDenied and the file is left as it is (a partial file a
+  // neighbour planted in a shared cache is not adopted).
+  bool adopt = false;
 };
 
 struct DirEntry {
@@ -189,8 +210,25 @@ class Env {
   // fsync of a directory (after a rename into it). Failures are ignored by callers that only hint.
   virtual Status sync_dir(const std::string& path);
   // The lock file at `path`, created (with `mode`, whatever the umask) when
-  // missing; not locked yet. The directory must exist.
+  // missing; not locked yet. The directory must exist. Never through a
+  // symbolic link, and only a regular file (else kPermissionDenied).
   virtual Result<std::unique_ptr<FileLock>> open_lock(const std::string& path, unsigned mode = 0666);
+  // From now on (process-wide, for local files), every write below `dir` --
+  // new_writable, create_dirs, rename, remove, symlink, open_lock -- resolves
+  // each path component below `dir` without following a symbolic link (openat
+  // with O_NOFOLLOW, one component at a time: no window between a check and
+  // the write). A link planted below `dir` (blobs/, snapshots/, refs/ of a
+  // shared cache) is kPermissionDenied naming it, never written through; a
+  // link as the last component of rename/remove/symlink is the entry itself,
+  // as POSIX has it. `dir` itself may be a link (the caller chose it). A
+  // no-op for sources that write nothing. Thread-safe.
+  virtual void confine_writes(const std::string& dir) { (void)dir; }
+  // lstat(2): `path` itself is a symbolic link (false when missing, or for
+  // sources without links).
+  virtual bool is_symlink(const std::string& path) {
+    (void)path;
+    return false;
+  }
 
   // Blocks until the file at `path` is final when a source is still writing
   // it (a Hub download being loaded, see hub.h's HubSource) and returns that
@@ -224,6 +262,8 @@ class EnvWrapper : public Env {
   Result<std::unique_ptr<FileLock>> open_lock(const std::string& path, unsigned mode) override {
     return target_->open_lock(path, mode);
   }
+  void confine_writes(const std::string& dir) override { target_->confine_writes(dir); }
+  bool is_symlink(const std::string& path) override { return target_->is_symlink(path); }
   Status wait_complete(const std::string& path) override { return target_->wait_complete(path); }
   Env* target() const { return target_; }
 

@@ -16,6 +16,7 @@
 
 #include <fmt/format.h>
 
+#include "io/confined.h"
 #include "io/posix_internal.h"
 #include "io/unique_fd.h"
 #include "util/checked.h"
@@ -370,12 +371,29 @@ class PosixFileLock final : public FileLock {
 class PosixEnv final : public Env {
  public:
   Result<std::unique_ptr<FileLock>> open_lock(const std::string& path, unsigned mode) override {
-    UniqueFd fd(::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, mode));
+    WL_ASSIGN_OR_RETURN(confined::Parent dir, confined::parent_of(path));
+    const int nofollow = O_NOFOLLOW | O_CLOEXEC;
+    // Created here (exclusively), else the existing one: never through a link, only a regular file.
+    UniqueFd fd(::openat(dir.at(), dir.name.c_str(), O_RDWR | O_CREAT | O_EXCL | nofollow, mode));
+    const bool created = static_cast<bool>(fd);
+    if (!fd && errno == EEXIST) fd.reset(::openat(dir.at(), dir.name.c_str(), O_RDWR | nofollow));
+    if (!fd && errno == EACCES) fd.reset(::openat(dir.at(), dir.name.c_str(), O_RDONLY | nofollow));  // flock needs no write
+    if (!fd && errno == ELOOP) return confined::planted_link(path);
     if (!fd) return Status::FromErrno(errno, "cannot open the lock file").with_file(path);
+    struct stat st {};
+    if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "cannot stat the lock file").with_file(path);
+    if (!S_ISREG(st.st_mode))
+      return Status::PermissionDenied("the lock file is not a regular file; refusing to use it").with_file(path);
     // The umask would narrow `mode`; widen it again so other users can lock
-    // too. Fails with EPERM when another user owns the file, which is fine.
-    (void)::fchmod(fd.get(), mode);
+    // too (only on a file of ours: another user's keeps its mode).
+    if (created || st.st_uid == ::geteuid()) (void)::fchmod(fd.get(), mode);
     return std::unique_ptr<FileLock>(std::make_unique<PosixFileLock>(path, std::move(fd)));
+  }
+
+  void confine_writes(const std::string& dir) override { confined::add_root(dir); }
+  bool is_symlink(const std::string& path) override {
+    struct stat st {};
+    return ::lstat(path.c_str(), &st) == 0 && S_ISLNK(st.st_mode);
   }
 
   Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& options) override {
@@ -419,21 +437,40 @@ class PosixEnv final : public Env {
   }
 
   Result<std::unique_ptr<WritableFile>> new_writable(const std::string& path, const WriteOptions& o) override {
-    int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (o.truncate ? O_TRUNC : 0) | (o.exclusive ? O_EXCL : 0);
-    int fd = ::open(path.c_str(), flags, static_cast<mode_t>(o.mode));
-    if (fd < 0) return Status::FromErrno(errno, "cannot create").with_file(path);
+    WL_ASSIGN_OR_RETURN(confined::Parent dir, confined::parent_of(path));
+    const bool truncate = o.truncate && !o.adopt;
+    const int flags = O_WRONLY | O_CLOEXEC | O_NOFOLLOW | (o.adopt ? 0 : O_CREAT) | (truncate ? O_TRUNC : 0) |
+                      (o.exclusive && !o.adopt ? O_EXCL : 0);
+    int fd = ::openat(dir.at(), dir.name.c_str(), flags, static_cast<mode_t>(o.mode));
+    if (fd < 0 && errno == ELOOP) return confined::planted_link(path);
+    if (fd < 0) return Status::FromErrno(errno, o.adopt ? "cannot open" : "cannot create").with_file(path);
     UniqueFd owned(fd);
-    uint64_t pos = 0;
-    if (!o.truncate) {
-      struct stat st {};
-      if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(path);
-      pos = static_cast<uint64_t>(st.st_size);
-    }
+    struct stat st {};
+    if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(path);
+    if (o.adopt && (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1))
+      return Status::PermissionDenied(fmt::format(
+                 "not resuming it: {} (only a regular file of this user with one link is resumed; it is left alone)",
+                 !S_ISREG(st.st_mode)        ? "not a regular file"
+                 : st.st_uid != ::geteuid() ? fmt::format("owned by uid {}, not {}", st.st_uid, ::geteuid())
+                                            : fmt::format("{} hard links", st.st_nlink)))
+          .with_file(path);
+    const uint64_t pos = truncate ? 0 : static_cast<uint64_t>(st.st_size);
     return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, std::move(owned), pos));
   }
 
   Status create_dirs(const std::string& path, unsigned mode) override {
     if (path.empty()) return Status();
+    WL_ASSIGN_OR_RETURN(confined::Parent dir, confined::parent_of(path, /*create=*/true, mode));
+    if (dir.fd) {  // below a confined directory: made and checked without following a link
+      if (::mkdirat(dir.at(), dir.name.c_str(), static_cast<mode_t>(mode)) != 0 && errno != EEXIST)
+        return Status::FromErrno(errno, "cannot create directory").with_file(path);
+      struct stat st {};
+      if (::fstatat(dir.at(), dir.name.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0)
+        return Status::FromErrno(errno, "cannot stat").with_file(path);
+      if (S_ISLNK(st.st_mode)) return confined::planted_link(path);
+      if (!S_ISDIR(st.st_mode)) return Status::AlreadyExists("exists and is not a directory").with_file(path);
+      return Status();
+    }
     std::string cur;
     size_t i = 0;
     while (i <= path.size()) {
@@ -450,19 +487,23 @@ class PosixEnv final : public Env {
     return Status();
   }
   Status rename(const std::string& from, const std::string& to) override {
-    if (::rename(from.c_str(), to.c_str()) != 0)
+    WL_ASSIGN_OR_RETURN(confined::Parent a, confined::parent_of(from));
+    WL_ASSIGN_OR_RETURN(confined::Parent b, confined::parent_of(to));
+    if (::renameat(a.at(), a.name.c_str(), b.at(), b.name.c_str()) != 0)
       return Status::FromErrno(errno, fmt::format("cannot rename {} to", from)).with_file(to);
     return Status();
   }
   Status remove(const std::string& path) override {
-    if (::unlink(path.c_str()) == 0) return Status();
+    WL_ASSIGN_OR_RETURN(confined::Parent dir, confined::parent_of(path));
+    if (::unlinkat(dir.at(), dir.name.c_str(), 0) == 0) return Status();
     if (errno == EISDIR || errno == EPERM) {
-      if (::rmdir(path.c_str()) == 0) return Status();
+      if (::unlinkat(dir.at(), dir.name.c_str(), AT_REMOVEDIR) == 0) return Status();
     }
     return Status::FromErrno(errno, "cannot remove").with_file(path);
   }
   Status symlink(const std::string& target, const std::string& link) override {
-    if (::symlink(target.c_str(), link.c_str()) != 0)
+    WL_ASSIGN_OR_RETURN(confined::Parent dir, confined::parent_of(link));
+    if (::symlinkat(target.c_str(), dir.at(), dir.name.c_str()) != 0)
       return Status::FromErrno(errno, "cannot create symlink").with_file(link);
     return Status();
   }

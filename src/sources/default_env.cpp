@@ -113,6 +113,11 @@ class DefaultEnv final : public Env {
     WL_ASSIGN_OR_RETURN(Env * e, routed(path));
     return e->open_lock(path, mode);
   }
+  void confine_writes(const std::string& dir) override { local_env()->confine_writes(dir); }
+  bool is_symlink(const std::string& path) override {
+    Env* e = route(path);
+    return e && e->is_symlink(path);
+  }
   Status wait_complete(const std::string& path) override {
     Env* e = route(path);
     return e ? e->wait_complete(path) : Status();
