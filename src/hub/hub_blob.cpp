@@ -18,14 +18,13 @@
 
 namespace wl {
 
-// SHA-256 (LFS files) or git blob SHA-1 (the others), chosen by the ETag's length.
+// SHA-256 (LFS files) or git blob SHA-1 (the others): the hash the Hub vouches for (FileMeta::hash).
 struct BlobFetch::Hasher {
   EVP_MD_CTX* ctx = EVP_MD_CTX_new();
-  int kind = 0;  // 256, 1, or 0 (an ETag we cannot check)
-  Hasher(const std::string& etag, uint64_t size) {
-    kind = etag.size() == 64 ? 256 : etag.size() == 40 ? 1 : 0;
-    if (kind == 256) EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
-    if (kind == 1) {
+  HashKind kind = HashKind::kNone;
+  Hasher(HashKind k, uint64_t size) : kind(k) {
+    if (kind == HashKind::kSha256) EVP_DigestInit_ex(ctx, EVP_sha256(), nullptr);
+    if (kind == HashKind::kGitSha1) {
       EVP_DigestInit_ex(ctx, EVP_sha1(), nullptr);
       std::string prefix = "blob " + std::to_string(size);
       EVP_DigestUpdate(ctx, prefix.data(), prefix.size() + 1);  // with the NUL
@@ -35,10 +34,10 @@ struct BlobFetch::Hasher {
   Hasher(const Hasher&) = delete;
   Hasher& operator=(const Hasher&) = delete;
   void update(const void* p, size_t n) {
-    if (kind) EVP_DigestUpdate(ctx, p, n);
+    if (kind != HashKind::kNone) EVP_DigestUpdate(ctx, p, n);
   }
   std::string hex() {
-    if (!kind) return {};
+    if (kind == HashKind::kNone) return {};
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int n = 0;
     EVP_DigestFinal_ex(ctx, md, &n);
@@ -61,13 +60,6 @@ constexpr uint64_t kJournalEvery = 1 << 20;  // bytes between journal saves with
 // cut early) counts against the retry budget (retry.max_attempts in a row).
 constexpr uint64_t kWeakProgress = uint64_t{64} << 10;
 
-// Free bytes on the disk of `dir` for an unprivileged writer; nullopt when unknown.
-std::optional<uint64_t> free_bytes(const std::string& dir) {
-  struct statvfs st {};
-  if (::statvfs(dir.c_str(), &st) != 0) return std::nullopt;
-  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
-}
-
 bool parse_u64(std::string_view s, uint64_t* out) {
   if (s.empty() || s.size() > 20) return false;
   uint64_t v = 0;
@@ -87,6 +79,12 @@ bool is_partial_of(const std::string& name, const std::string& etag) {
 
 }  // namespace
 
+std::optional<uint64_t> free_disk_bytes(const std::string& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return std::nullopt;
+  return static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
+}
+
 std::string blob_lock_path(const HubCtx& c, const std::string& repo_id, const std::string& etag) {
   return c.cache + "/.locks/" + repo_folder_name(repo_id, c.o.repo_type) + "/" + etag + ".lock";
 }
@@ -101,6 +99,7 @@ BlobFetch::BlobFetch(HubCtx& c, FileMeta m) : c_(c), m_(std::move(m)) {}
 
 BlobFetch::~BlobFetch() {
   if (out_) (void)out_->close();
+  if (journal_out_) (void)journal_out_->close();
 }
 
 Status BlobFetch::start(uint64_t chunk_bytes) {
@@ -112,31 +111,57 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
   // nobody who honours it is writing one): ours carries a journal of arrived
   // ranges; one without a journal was written front to back (huggingface_hub
   // in either naming, or our own before its journal existed) and holds a prefix.
+  // Only a regular file of this user is adopted (WriteOptions::adopt); a link
+  // or a neighbour's file is left alone, and a fresh partial file is made.
+  struct Candidate {
+    std::string name;
+    bool journal;
+    uint64_t size;
+  };
+  std::vector<Candidate> candidates;
+  if (auto entries = env->list_dir(blobs); entries.ok()) {
+    for (const auto& e : *entries)
+      if (!e.is_dir && !e.is_symlink && is_partial_of(e.name, m_.etag))
+        candidates.push_back({e.name, env->exists(blobs + "/" + e.name + ".ranges"), e.size});
+    for (const auto& e : *entries)  // a journal of ours whose partial file is gone is stale
+      if (e.name.ends_with(".incomplete.ranges") && is_partial_of(e.name.substr(0, e.name.size() - 7), m_.etag) &&
+          !env->exists(blobs + "/" + e.name.substr(0, e.name.size() - 7)) &&
+          env->new_writable(blobs + "/" + e.name, {.adopt = true}).ok())
+        (void)env->remove(blobs + "/" + e.name);
+  }
+  // Journalled first, then the longest prefix.
+  std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
+    return a.journal != b.journal ? a.journal : a.size > b.size;
+  });
   std::string adopt, adopt_journal;
   uint64_t adopt_size = 0;
-  if (auto entries = env->list_dir(blobs); entries.ok()) {
-    for (const auto& e : *entries) {
-      if (e.is_dir || !is_partial_of(e.name, m_.etag)) continue;
-      const bool has_journal = env->exists(blobs + "/" + e.name + ".ranges");
-      const bool better = adopt.empty() || (has_journal && adopt_journal.empty()) ||
-                          (has_journal == !adopt_journal.empty() && e.size > adopt_size);
-      if (better) {
-        adopt = blobs + "/" + e.name;
-        adopt_journal = has_journal ? adopt + ".ranges" : "";
-        adopt_size = e.size;
-      }
+  for (const auto& cand : candidates) {
+    const std::string path = blobs + "/" + cand.name;
+    auto file = env->new_writable(path, {.truncate = false, .adopt = true});
+    std::unique_ptr<WritableFile> journal;
+    if (file.ok()) {  // its journal, or a new one for a prefix
+      auto j = cand.journal ? env->new_writable(path + ".ranges", {.truncate = false, .adopt = true})
+                            : env->new_writable(path + ".ranges", {.mode = 0666, .exclusive = true});
+      if (!j.ok()) file = j.status();
+      if (j.ok()) journal = std::move(*j);
     }
-    for (const auto& e : *entries)  // a journal whose partial file is gone is stale
-      if (e.name.ends_with(".incomplete.ranges") && is_partial_of(e.name.substr(0, e.name.size() - 7), m_.etag) &&
-          !env->exists(blobs + "/" + e.name.substr(0, e.name.size() - 7)))
-        (void)env->remove(blobs + "/" + e.name);
+    if (!file.ok()) {
+      c_.log(fmt::format("leaving {} alone: {}", path, file.status().to_string()));
+      continue;
+    }
+    adopt = path;
+    adopt_journal = cand.journal ? path + ".ranges" : "";
+    adopt_size = cand.size;
+    out_ = std::move(*file);
+    journal_out_ = std::move(journal);
+    break;
   }
   partial_ = adopt.empty() ? blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete" : adopt;
   journal_ = partial_ + ".ranges";
   adopted_ = !adopt.empty();
   // Admission: the claimed size (X-Linked-Size, Content-Length) must fit on the cache's disk before
   // anything is sized by it (the chunk table here, the partial file once a server confirms it).
-  if (auto room = free_bytes(blobs); room && m_.size > adopt_size && m_.size - adopt_size > *room)
+  if (auto room = free_disk_bytes(blobs); room && m_.size > adopt_size && m_.size - adopt_size > *room)
     return Status::OutOfRange(fmt::format(
         "cannot download {} of {} (revision {}): the server says it is {} bytes, more than the {} bytes free on the "
         "cache's disk ({})",
@@ -181,11 +206,31 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
       chunks_[i].have = chunks_[i].end - chunks_[i].begin;
   for (auto& ch : chunks_)
     if (ch.have == ch.end - ch.begin) ++arrived_;
-  hasher_ = std::make_unique<Hasher>(m_.etag, m_.size);
+  hasher_ = std::make_unique<Hasher>(m_.hash, m_.size);
   // The journal exists before the partial file takes its full size: a partial
-  // file without one is always a prefix.
+  // file without one is always a prefix. New files of ours are created
+  // exclusively under unpredictable names, never through a link, with the
+  // umask's mode (O_CREAT|O_EXCL|O_NOFOLLOW); a name taken meanwhile is a new draw.
+  for (int attempt = 0; !journal_out_; ++attempt) {
+    auto j = env->new_writable(journal_, {.mode = 0666, .exclusive = true});
+    if (j.ok()) {
+      journal_out_ = std::move(*j);
+      break;
+    }
+    if (j.status().code() != Code::kAlreadyExists || adopted_ || attempt >= 16) return j.status();
+    partial_ = blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete";
+    journal_ = partial_ + ".ranges";
+  }
+  if (!out_) {
+    auto f = env->new_writable(partial_, {.mode = 0666, .exclusive = true});
+    if (!f.ok()) {
+      (void)journal_out_->close();
+      (void)env->remove(journal_);
+      return f.status();
+    }
+    out_ = std::move(*f);
+  }
   WL_RETURN_IF_ERROR(save_journal_locked());
-  WL_ASSIGN_OR_RETURN(out_, env->new_writable(partial_, {.mode = 0666, .truncate = false}));
   WL_ASSIGN_OR_RETURN(uint64_t cur, out_->size());
   // A partial file of the full size was sized after a confirmation (or by huggingface_hub): map it now.
   // Otherwise it takes its size when the first response confirms it (size_partial_locked).
@@ -242,11 +287,12 @@ Status BlobFetch::save_journal_locked() {
   std::string text = fmt::format("{}\n{} {}\n", kJournalMagic, m_.etag, m_.size);
   for (const auto& ch : chunks_)
     if (ch.have) text += fmt::format("{} {}\n", ch.begin, ch.begin + ch.have);
-  // Rewritten in place, unsynced: a torn journal reads as "nothing arrived",
-  // and the final hash check catches whatever a power loss could mix up.
-  WL_ASSIGN_OR_RETURN(auto f, c_.env->new_writable(journal_, {.mode = 0644, .truncate = true}));
-  WL_RETURN_IF_ERROR(f->append(text));
-  return f->close();
+  // Rewritten in place through the descriptor opened once (never a path a
+  // neighbour could swap), unsynced: a torn journal reads as "nothing
+  // arrived", and the final hash check catches whatever a power loss could mix up.
+  if (!journal_out_) return Status();
+  WL_RETURN_IF_ERROR(journal_out_->truncate(0));
+  return journal_out_->write_at(0, std::as_bytes(std::span(text.data(), text.size())));
 }
 
 std::optional<BlobFetch::Range> BlobFetch::claim(bool run) {
@@ -470,6 +516,7 @@ Status BlobFetch::finish() {
     // still in flight writes to the unlinked file at most.)
     (void)c_.env->remove(partial_);
     (void)c_.env->remove(journal_);
+    journal_out_.reset();
   }
   if (error_.ok())
     final_ = verify_and_commit();
@@ -486,20 +533,29 @@ Status BlobFetch::finish() {
 Status BlobFetch::verify_and_commit() {
   Env* env = c_.env;
   const std::string got = hasher_->hex();
-  if (hasher_->kind && got != m_.etag) {
+  if (m_.hash != HashKind::kNone && got != m_.hash_hex) {
     (void)out_->close();
     out_.reset();
+    journal_out_.reset();
     (void)env->remove(partial_);
     (void)env->remove(journal_);
+    const char* against = m_.hash_hex == m_.etag              ? "the ETag"
+                          : m_.hash == HashKind::kSha256 ? "the tree listing's lfs.oid"
+                                                         : "the tree listing's oid";
     return Status::Corrupt(
-        fmt::format("downloaded bytes of {} in {} (revision {}) do not match the ETag {} (got {}); the partial "
+        fmt::format("downloaded bytes of {} in {} (revision {}) do not match {} {} (got {}); the partial "
                     "download was deleted",
-                    m_.path, m_.repo_id, m_.revision, m_.etag, got));
+                    m_.path, m_.repo_id, m_.revision, against, m_.hash_hex, got));
   }
+  if (m_.hash == HashKind::kNone)
+    c_.log(fmt::format("{} of {} (revision {}): the server vouches for no hash of it (ETag '{}', no lfs.oid or oid "
+                       "listed); written atomically but NOT verified",
+                       m_.path, m_.repo_id, m_.revision, m_.etag));
   WL_RETURN_IF_ERROR(out_->sync());
   WL_RETURN_IF_ERROR(out_->close());
   out_.reset();
   WL_RETURN_IF_ERROR(env->rename(partial_, blob_));
+  journal_out_.reset();
   (void)env->remove(journal_);
   (void)env->sync_dir(parent_dir(blob_));
   return Status();
@@ -508,12 +564,12 @@ Status BlobFetch::verify_and_commit() {
 Status fetch_blob(HubCtx& c, const FileMeta& m) {
   Env* env = c.env;
   const std::string blob = c.storage(m.repo_id) + "/blobs/" + m.etag;
-  if (env->exists(blob)) return Status();
+  if (blob_present(env, blob)) return Status();
   WL_RETURN_IF_ERROR(env->create_dirs(parent_dir(blob)));
   // Per-blob lock in .locks/, as huggingface_hub takes it (flock), so the two tools exclude each other.
   CrossProcessLock lock(blob_lock_path(c, m.repo_id, m.etag));
   WL_RETURN_IF_ERROR(lock.acquire());
-  if (env->exists(blob)) return Status();  // another process (ours or huggingface_hub) finished it meanwhile
+  if (blob_present(env, blob)) return Status();  // another process (ours or huggingface_hub) finished it meanwhile
   const bool parallel = m.size >= c.o.parallel_min_bytes && c.o.connections_per_file > 1;
   const uint64_t chunk = std::max<uint64_t>(c.o.chunk_bytes, 1 << 20);
   Status s;

@@ -163,6 +163,13 @@ bool is_commit_hash(const std::string& s) {
   return true;
 }
 
+bool is_hex_of(const std::string& s, size_t n) {
+  if (s.size() != n) return false;
+  for (char c : s)
+    if (!((c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'))) return false;
+  return true;
+}
+
 bool is_safe_etag(const std::string& s) {
   if (s.empty() || s.size() > 128) return false;
   for (char c : s)

@@ -68,10 +68,11 @@ Status hub_error(const HttpResponse& r, const std::string& url, const std::strin
 }
 
 Result<json> get_json(HubCtx& c, const std::string& url, const std::string& repo_id, const std::string& revision,
-                      HttpResponse* out = nullptr) {
+                      HttpResponse* out = nullptr, std::chrono::steady_clock::time_point deadline = {}) {
   HttpRequest req;
   req.url = url;
   req.headers = c.headers(true);
+  req.deadline = deadline;
   WL_ASSIGN_OR_RETURN(HttpResponse r, c.http.request(req));
   if (r.status != 200) return hub_error(r, url, repo_id, revision);
   try {
@@ -254,6 +255,25 @@ Status link_pointer(HubCtx& c, const std::string& storage, const std::string& co
   return Status();
 }
 
+Status vouch_from_listing(FileMeta& m, const std::string& lfs_sha256, const std::string& git_oid) {
+  auto contradicts = [&](const char* field, const std::string& listed) {
+    return Status::Corrupt(
+        fmt::format("the Hub contradicts itself about {} of {} (revision {}): its ETag says {} but its tree listing's "
+                    "{} is {}; nothing was downloaded",
+                    m.path, m.repo_id, m.revision, m.hash_hex, field, listed));
+  };
+  if (is_hex_of(lfs_sha256, 64)) {  // an LFS file: its SHA-256, whatever the ETag looks like
+    if (m.hash == HashKind::kSha256 && m.hash_hex != lfs_sha256) return contradicts("lfs.oid", lfs_sha256);
+    m.hash = HashKind::kSha256;
+    m.hash_hex = lfs_sha256;
+    return Status();
+  }
+  if (!lfs_sha256.empty() || !is_hex_of(git_oid, 40)) return Status();  // nothing usable listed
+  if (m.hash == HashKind::kGitSha1 && m.hash_hex != git_oid) return contradicts("oid", git_oid);
+  if (m.hash == HashKind::kNone) m.hash = HashKind::kGitSha1, m.hash_hex = git_oid;
+  return Status();
+}
+
 Result<FileMeta> head_file(HubCtx& c, const std::string& repo_id, const std::string& revision, const std::string& file,
                            HttpResponse* error_response) {
   HttpRequest req;
@@ -287,6 +307,10 @@ Result<FileMeta> head_file(HubCtx& c, const std::string& repo_id, const std::str
     return Status::Corrupt("the server's ETag for " + req.url + " is missing or unsafe as a file name: '" + m.etag +
                            "'");
   m.cross_host = url_origin(m.location) != url_origin(req.url);
+  // The ETag vouches for the bytes only when it is a hash: SHA-256 (LFS), git's blob SHA-1 (the others).
+  // An MD5-like or multipart ETag (a mirror, an S3-backed CDN) leaves it to the tree listing.
+  if (is_hex_of(m.etag, 64)) m.hash = HashKind::kSha256, m.hash_hex = m.etag;
+  if (is_hex_of(m.etag, 40)) m.hash = HashKind::kGitSha1, m.hash_hex = m.etag;
   std::string size = r.header("x-linked-size");
   if (size.empty() && redirected) {
     // A redirected file without X-Linked-Size (a regular file served elsewhere): the redirect's own
@@ -344,14 +368,16 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
   std::set<std::string> seen_pages;
   const HttpOptions& lim = c.http.options();
   int empty = 0;  // empty pages in a row that link to another
+  const auto deadline = listing_deadline(lim);
   for (uint64_t page = 0; !url.empty(); ++page) {
     if (page >= lim.max_list_pages)
       return Status::OutOfRange(fmt::format("tree listing of {} did not end after {} pages (WEIGHTLIFT_LIST_MAX_PAGES)",
                                             repo_id, lim.max_list_pages));
+    WL_RETURN_IF_ERROR(listing_overdue(lim, deadline, "the tree listing of " + repo_id, page, out.size()));
     if (!seen_pages.insert(url).second)
       return Status::Corrupt("tree pagination of " + repo_id + " does not end (a page links back to an earlier one)");
     HttpResponse resp;
-    WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision, &resp));
+    WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision, &resp, deadline));
     if (!j.is_array()) return Status::Corrupt("tree listing is not a JSON array from " + url);
     if (out.size() + j.size() > lim.max_list_entries)
       return Status::OutOfRange(
@@ -390,6 +416,23 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
 }
 
 namespace {
+
+// The vouched hash of a file whose ETag is no hash, from its folder's listing (what huggingface_hub's
+// paths-info gives). A listing that fails leaves it unverified (logged).
+Status vouch_from_folder_listing(HubCtx& c, FileMeta& m) {
+  const auto slash = m.path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "" : m.path.substr(0, slash);
+  auto entries = list_repo_tree(m.repo_id, m.commit, folder, /*recursive=*/false, c.o);
+  if (!entries.ok()) {
+    c.log(fmt::format("cannot list {} of {} for its hash ({})", folder.empty() ? "the root" : folder, m.repo_id,
+                        entries.status().to_string()));
+    return Status();
+  }
+  for (const auto& e : *entries)
+    if (!e.is_dir && e.path == m.path) return vouch_from_listing(m, e.lfs_sha256, e.oid);
+  return Status();
+}
+
 Result<std::string> hf_hub_download_impl(const std::string& repo_id, const std::string& filename,
                                          const std::string& revision, const HubOptions& o,
                                          const std::string& subfolder) {
@@ -431,6 +474,7 @@ Result<std::string> hf_hub_download_impl(const std::string& repo_id, const std::
   }
   WL_RETURN_IF_ERROR(write_ref(env, storage, revision, meta->commit));
   if (env->exists(pointer(meta->commit))) return pointer(meta->commit);
+  if (meta->hash == HashKind::kNone) WL_RETURN_IF_ERROR(vouch_from_folder_listing(c, *meta));
   write_cachedir_tag(c);
   if (c.o.progress) c.bar = std::make_unique<ProgressBar>("Downloading " + file, meta->size, true, stderr, "B");
   WL_RETURN_IF_ERROR(fetch_blob(c, *meta));
@@ -540,6 +584,8 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
   parallel_for(missing.size(), [&](size_t k) -> Status {
     WL_ASSIGN_OR_RETURN(FileMeta m, head_file(c, repo_id, commit, missing[k], nullptr));
     m.revision = revision;  // messages name the revision asked for
+    const TreeFile& listed = tree->at(missing[k]);
+    WL_RETURN_IF_ERROR(vouch_from_listing(m, listed.lfs_sha256, listed.blob_id));
     metas[k] = std::move(m);
     return Status();
   });
@@ -548,12 +594,12 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
   std::vector<size_t> order;
   uint64_t total = 0;
   for (size_t k = 0; k < missing.size(); ++k) {
-    if (defer && defer(missing[k]) && !env->exists(storage + "/blobs/" + metas[k]->etag)) {
+    if (defer && defer(missing[k]) && !blob_present(env, storage + "/blobs/" + metas[k]->etag)) {
       plan.deferred.push_back(*metas[k]);
       continue;
     }
     order.push_back(k);
-    if (!env->exists(storage + "/blobs/" + metas[k]->etag)) total += metas[k]->size;
+    if (!blob_present(env, storage + "/blobs/" + metas[k]->etag)) total += metas[k]->size;
   }
   std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return metas[a]->size > metas[b]->size; });
   if (o.progress && total > 0)

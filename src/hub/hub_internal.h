@@ -22,6 +22,15 @@ Status check_repo_id(const std::string& repo_id);
 Status check_revision(const std::string& rev);
 bool is_commit_hash(const std::string& s);
 bool is_safe_etag(const std::string& s);
+// Lower-case hex of exactly `n` characters.
+bool is_hex_of(const std::string& s, size_t n);
+
+// A finished blob: a file under its final name, not a link (a link planted in blobs/ is replaced by the
+// download, whose rename never follows it).
+inline bool blob_present(Env* env, const std::string& blob) { return env->exists(blob) && !env->is_symlink(blob); }
+
+// Free bytes on the disk of `dir` for an unprivileged writer; nullopt when unknown.
+std::optional<uint64_t> free_disk_bytes(const std::string& dir);
 
 // The Env a Hub call reads and writes through (o.env, else Env::Default()).
 inline Env* hub_env(const HubOptions& o) { return o.env ? o.env : Env::Default(); }
@@ -38,8 +47,12 @@ struct HubCtx {
   std::unique_ptr<ProgressBar> bar;
   std::atomic<uint64_t> done_bytes{0};
 
+  // Every write below the cache root is confined (Env::confine_writes): no link planted in a shared cache
+  // is written through.
   explicit HubCtx(const HubOptions& opts)
-      : o(opts), http(opts.http), token(hub_token(opts)), cache(hub_cache_dir(opts)), env(hub_env(opts)) {}
+      : o(opts), http(opts.http), token(hub_token(opts)), cache(hub_cache_dir(opts)), env(hub_env(opts)) {
+    env->confine_writes(cache);
+  }
   std::vector<std::pair<std::string, std::string>> headers(bool auth) const;
   void log(const std::string& line) const {
     if (o.log) o.log(line);
@@ -48,13 +61,29 @@ struct HubCtx {
   std::string storage(const std::string& repo_id) const { return cache + "/" + repo_folder_name(repo_id, o.repo_type); }
 };
 
+// The hash the Hub vouches for a file's bytes (docs/integrity.md): the blob
+// takes its final name only once its bytes match it.
+enum class HashKind {
+  kNone,     // the source offers none: written atomically, logged as not verified
+  kSha256,   // an LFS file: X-Linked-Etag when it is one, else the tree's lfs.oid
+  kGitSha1,  // a regular file: git's blob SHA-1 ("blob {size}\0" + bytes), the ETag or the tree's oid
+};
+
 // What a HEAD on resolve/{rev}/{file} (or the tree listing) tells of a file.
 struct FileMeta {
   std::string repo_id, revision, path;  // for messages: the repository, the revision asked for, the file
-  std::string etag, commit, location;
+  std::string etag, commit, location;   // etag: the blob's name in the cache (huggingface_hub's choice)
   uint64_t size = 0;
   bool cross_host = false;  // location is on another host: no token there
+  HashKind hash = HashKind::kNone;
+  std::string hash_hex;  // lower-case hex of `hash`
 };
+
+// Completes m's vouched hash from the tree listing's entry (lfs.oid, oid): an
+// LFS file is checked against its SHA-256 whatever its ETag looks like (a
+// mirror's MD5 or multipart ETag), a regular file against its git blob id.
+// kCorruptData when the ETag is a hash the listing contradicts.
+Status vouch_from_listing(FileMeta& m, const std::string& lfs_sha256, const std::string& git_oid);
 
 // One blob being brought into {storage}/blobs/{etag}: huggingface_hub 2.x's
 // process-unique partial file "{etag}.{8 hex}.incomplete" (an earlier run's
@@ -124,7 +153,7 @@ class BlobFetch {
   HubCtx& c_;
   FileMeta m_;
   std::string blob_, partial_, journal_;
-  std::unique_ptr<WritableFile> out_;
+  std::unique_ptr<WritableFile> out_, journal_out_;  // the partial file and its journal, opened once
   std::shared_ptr<RandomAccessFile> in_;  // the partial file, read back (hashing, copies)
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -229,7 +229,7 @@ Result<std::unique_ptr<HubSource>> HubSource::start(const std::string& repo_id, 
     const std::string blob = impl->c.storage(repo_id) + "/blobs/" + m.etag;
     p->lock = std::make_unique<CrossProcessLock>(blob_lock_path(impl->c, repo_id, m.etag));
     WL_RETURN_IF_ERROR(p->lock->acquire());
-    if (impl->c.env->exists(blob)) {  // finished by another process meanwhile
+    if (blob_present(impl->c.env, blob)) {  // finished by another process meanwhile
       WL_RETURN_IF_ERROR(link_pointer(impl->c, impl->c.storage(repo_id), plan.commit, m.path, m.etag));
       continue;
     }
