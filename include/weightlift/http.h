@@ -79,9 +79,14 @@ struct HttpOptions {
   uint64_t max_header_bytes = uint64_t{256} << 10;     // all header lines of one response
   uint64_t max_error_body_bytes = uint64_t{64} << 10;  // a non-2xx body kept for the message
   // Listings (S3 ListObjectsV2 pages, Hub tree pages): a listing that needs
-  // more pages or holds more entries is an error naming the cap.
-  uint64_t max_list_pages = 10000;      // WEIGHTLIFT_LIST_MAX_PAGES
+  // more pages, holds more entries or takes longer is an error naming the
+  // cap. Pages hold up to 1,000 entries on S3 and the Hub, so 1,000 pages
+  // cover the entry cap; a listing of a real repository (thousands of files)
+  // takes a few pages and seconds. list_timeout_s bounds one listing, every
+  // page and retry included, so an endless one stops within a minute.
+  uint64_t max_list_pages = 1000;       // WEIGHTLIFT_LIST_MAX_PAGES
   uint64_t max_list_entries = 1000000;  // WEIGHTLIFT_LIST_MAX_ENTRIES
+  double list_timeout_s = 60;           // WEIGHTLIFT_LIST_TIMEOUT; 0 = none
   // After a request failed every attempt without any answer from its host
   // (refused, unreachable, silent), requests to that host fail at once for
   // this long (process-wide, naming the first failure); 0 turns it off for
@@ -119,6 +124,12 @@ struct AwsSigV4 {
 };
 
 struct HttpResponse;
+
+// The deadline of one listing (HttpOptions::list_timeout_s from now; the
+// zero time point, "none", when it is 0), and the error once it passed.
+std::chrono::steady_clock::time_point listing_deadline(const HttpOptions& o);
+Status listing_overdue(const HttpOptions& o, std::chrono::steady_clock::time_point deadline, const std::string& what,
+                       uint64_t pages, uint64_t entries);
 
 struct HttpRequest {
   std::string method = "GET";  // GET or HEAD

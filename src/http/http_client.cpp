@@ -311,6 +311,19 @@ HttpOptions::HttpOptions() {
   count("WEIGHTLIFT_MAX_REDIRECTS", 0, 100, &max_redirects);
   count("WEIGHTLIFT_LIST_MAX_PAGES", 1, uint64_t{1} << 40, &max_list_pages);
   count("WEIGHTLIFT_LIST_MAX_ENTRIES", 1, uint64_t{1} << 40, &max_list_entries);
+  seconds("WEIGHTLIFT_LIST_TIMEOUT", &list_timeout_s, true);
+}
+
+std::chrono::steady_clock::time_point listing_deadline(const HttpOptions& o) {
+  if (o.list_timeout_s <= 0) return {};
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.list_timeout_s));
+}
+
+Status listing_overdue(const HttpOptions& o, std::chrono::steady_clock::time_point deadline, const std::string& what,
+                       uint64_t pages, uint64_t entries) {
+  if (deadline == std::chrono::steady_clock::time_point{} || Clock::now() < deadline) return Status();
+  return Status::OutOfRange(fmt::format("{} did not end within {} (WEIGHTLIFT_LIST_TIMEOUT): {} pages, {} entries so far",
+                                        what, secs(o.list_timeout_s), pages, entries));
 }
 
 ScopedNetworkDeadline::ScopedNetworkDeadline(double seconds, std::string setting) {
