@@ -26,8 +26,10 @@ if(PKG_CONFIG_FOUND)
   weightlift_require(RE2_FOUND libre2-dev)
   pkg_check_modules(TINYXML2 QUIET IMPORTED_TARGET tinyxml2)  # XML of S3 listings and errors
   weightlift_require(TINYXML2_FOUND libtinyxml2-dev)
+  pkg_check_modules(ISAL QUIET IMPORTED_TARGET libisal)  # CRC-32C / CRC-32 of GCS and S3 checksums (Intel ISA-L)
+  weightlift_require(ISAL_FOUND libisal-dev)
 else()
-  list(APPEND WEIGHTLIFT_MISSING_PACKAGES libre2-dev libtinyxml2-dev)
+  list(APPEND WEIGHTLIFT_MISSING_PACKAGES libre2-dev libtinyxml2-dev libisal-dev)
 endif()
 find_package(CLI11 CONFIG QUIET)            # command-line parsing (the CLI only)
 if(NOT CLI11_FOUND)
@@ -55,7 +57,8 @@ endif()
 
 add_library(weightlift_deps INTERFACE)
 target_link_libraries(weightlift_deps INTERFACE
-  nlohmann_json::nlohmann_json fmt::fmt OpenSSL::Crypto CURL::libcurl PkgConfig::RE2 PkgConfig::TINYXML2 Threads::Threads
+  nlohmann_json::nlohmann_json fmt::fmt OpenSSL::Crypto CURL::libcurl PkgConfig::RE2 PkgConfig::TINYXML2 PkgConfig::ISAL
+  Threads::Threads
   ${CMAKE_DL_LIBS})
 
 add_library(weightlift_cli_deps INTERFACE)

@@ -68,6 +68,14 @@ int run_url_download(const DownloadArgs& a) {
                    a.configs ? " or configs" : "; --configs adds configs", some.c_str());
     }
   }
+  if (!r->unverified.empty()) {  // said even with -q: the integrity rule's exception (docs/integrity.md)
+    std::string some;
+    for (size_t i = 0; i < r->unverified.size() && i < 5; ++i) some += (i ? ", " : "") + base_name(r->unverified[i]);
+    if (r->unverified.size() > 5) some += fmt::format(", ... ({} more)", r->unverified.size() - 5);
+    std::fprintf(stderr, "weightlift: %zu file%s NOT verified (the source vouches for no hash of %s): %s\n",
+                 r->unverified.size(), r->unverified.size() == 1 ? "" : "s", r->unverified.size() == 1 ? "it" : "them",
+                 some.c_str());
+  }
   std::printf("%s\n", a.dir.c_str());
   return 0;
 }

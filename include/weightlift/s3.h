@@ -147,6 +147,10 @@ struct ModelDownloadResult {
   // Files under the source that were not copied (not the chosen weights, the
   // index or, with configs, a config file), source-relative, sorted.
   std::vector<std::string> left_out;
+  // Files written (full local paths) whose source vouched for no hash (plain
+  // URLs, multipart objects, local folders): written atomically, not verified.
+  // Every other file matched its source's hash before taking its name.
+  std::vector<std::string> unverified;
 };
 
 // Copies the weights of the model at `source` (chosen as find_weight_files()

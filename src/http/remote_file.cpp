@@ -75,6 +75,7 @@ Result<ObjectStat> stat_object(HttpClient& http, const ObjectTarget& target, con
           .with_file(target.name());
     st.etag = r->header("etag");
     if (!if_match.empty() && st.etag != if_match) return changed_since_planned(target.name());
+    st.vouched = target.vouched_hash(*r);
     return st;
   }
   // HEAD answers carry no body: ask once more with a GET for the reason.

@@ -34,11 +34,17 @@ class ObjectTarget {
   virtual Result<HttpRequest> request(const std::string& method) const = 0;
   // The Status of a final non-2xx response (body may be empty), naming name().
   virtual Status error(const HttpResponse& r) const = 0;
+  // The whole object's hash the store vouches for in a HEAD's answer; none by default (plain URLs).
+  virtual std::optional<VouchedHash> vouched_hash(const HttpResponse& head) const {
+    (void)head;
+    return std::nullopt;
+  }
 };
 
 struct ObjectStat {
   uint64_t size = 0;
   std::string etag;  // as the server sent it (quotes kept); "" when it sent none
+  std::optional<VouchedHash> vouched;
 };
 
 // HEAD of the object; with a non-empty `if_match`, a different version is
@@ -61,6 +67,7 @@ class RemoteFile final : public RandomAccessFile {
   uint64_t size() const override { return stat_.size; }
   std::string version() const override { return stat_.etag; }
   bool is_remote() const override { return true; }
+  std::optional<VouchedHash> vouched_hash() const override { return stat_.vouched; }
   Status read_at(uint64_t offset, std::span<std::byte> dst) const override;
   Status read_scatter_at(uint64_t offset, std::span<const std::span<std::byte>> parts) const override;
 

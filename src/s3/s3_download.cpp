@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <new>
 #include <thread>
@@ -12,6 +15,7 @@
 
 #include "s3/s3_names.h"
 #include "util/checked.h"
+#include "util/digest.h"
 #include "weightlift/glob.h"
 #include "weightlift/s3.h"
 #include "weightlift/tensor.h"
@@ -21,10 +25,45 @@ namespace wl {
 
 namespace {
 
-// One file, in chunks read by `threads` workers and written at their offsets.
+// The vouched hash of one file, computed in file order while the chunks pass
+// (read in parallel, hashed as soon as every chunk before them was): a worker
+// hashes its chunk when its turn comes, so hashing overlaps the reads of the
+// chunks after it and never reads a byte twice. Thread-safe.
+class OrderedHash {
+ public:
+  explicit OrderedHash(Digest d) : d_(std::move(d)) {}
+  // Blocks until chunks [0, index) are hashed (or `failed` says to stop), then hashes `data`.
+  bool feed(uint64_t index, std::span<const std::byte> data, const std::function<bool()>& failed) {
+    std::unique_lock lk(mu_);
+    while (next_ != index) {
+      if (failed()) return false;
+      cv_.wait_for(lk, std::chrono::milliseconds(20));
+    }
+    d_.update(data);
+    ++next_;
+    cv_.notify_all();
+    return true;
+  }
+  std::string hex() { return d_.hex(); }
+
+ private:
+  Digest d_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t next_ = 0;
+};
+
+// One file, in chunks read by `threads` workers and written at their offsets;
+// renamed into place only once its bytes match the hash its source vouches for.
 Status copy_file(const std::string& from, const std::string& to, const ModelDownloadOptions& o,
-                 std::atomic<uint64_t>& done, uint64_t total, std::mutex& progress_mu) {
+                 std::atomic<uint64_t>& done, uint64_t total, std::mutex& progress_mu, ModelDownloadResult& r) {
   WL_ASSIGN_OR_RETURN(auto src, o.env->open(from, {.mode = FileMode::kPread}));
+  const std::optional<VouchedHash> vouched = src->vouched_hash();
+  std::optional<OrderedHash> hash;
+  if (vouched) {
+    auto d = Digest::make(vouched->algorithm);
+    if (d.ok()) hash.emplace(std::move(*d));
+  }
   WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(to, 0644, o.env));
   const uint64_t size = src->size();
   WL_RETURN_IF_ERROR(out.resize(size));
@@ -33,7 +72,7 @@ Status copy_file(const std::string& from, const std::string& to, const ModelDown
   std::atomic<uint64_t> next{0};
   std::mutex mu;
   Status first;
-  auto failed = [&] {
+  std::function<bool()> failed = [&] {
     std::lock_guard lk(mu);
     return !first.ok();
   };
@@ -47,6 +86,7 @@ Status copy_file(const std::string& from, const std::string& to, const ModelDown
       std::span<std::byte> dst = buf->span().first(static_cast<size_t>(len));
       s = src->read_at(off, dst);
       if (s.ok()) s = out.write_at(off, dst);
+      if (s.ok() && hash && !hash->feed(c, dst, failed)) break;
       if (s.ok() && o.progress) {
         uint64_t d = done.fetch_add(len) + len;
         std::lock_guard lk(progress_mu);
@@ -70,6 +110,14 @@ Status copy_file(const std::string& from, const std::string& to, const ModelDown
   for (int i = 0; i < n; ++i) pool.emplace_back(guarded);
   for (auto& t : pool) t.join();
   WL_RETURN_IF_ERROR(first);
+  if (!hash) {
+    r.unverified.push_back(to);
+  } else if (const std::string got = hash->hex(); got != vouched->hex) {
+    return Status::Corrupt(fmt::format("the copied bytes do not match the {} the source vouches for ({} {}, got {}); "
+                                       "nothing was written under its name",
+                                       vouched->algorithm, vouched->from, vouched->hex, got))
+        .with_file(from);
+  }
   return out.commit();  // the destructor removes the temporary on any earlier return
 }
 
@@ -181,7 +229,7 @@ Result<ModelDownloadResult> download_model_files_impl(const std::string& source,
   for (size_t i = 0; i < from.size(); ++i) {
     const std::string to = join_path(dir, names[i]);
     if (names[i].find('/') != std::string::npos) WL_RETURN_IF_ERROR(o.env->create_dirs(parent_dir(to)));
-    WL_RETURN_IF_ERROR(copy_file(from[i], to, o, done, total, progress_mu));
+    WL_RETURN_IF_ERROR(copy_file(from[i], to, o, done, total, progress_mu, r));
     r.files.push_back(to);
     r.bytes += sizes[i];
   }

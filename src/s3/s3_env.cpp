@@ -1,6 +1,7 @@
 // The s3:// and gs:// source: objects read through remote::RemoteFile,
 // listings through ListObjectsV2 (see weightlift/s3.h).
 #include <algorithm>
+#include <cstring>
 #include <mutex>
 #include <set>
 
@@ -8,6 +9,7 @@
 
 #include "http/remote_file.h"
 #include "s3/s3_names.h"
+#include "util/digest.h"
 #include "s3/s3_xml.h"
 #include "weightlift/s3.h"
 
@@ -70,6 +72,36 @@ Status s3_status(const HttpResponse& r, const std::string& name, const S3Config&
   return Status::InvalidArgument(fmt::format("unexpected answer ({}) from {}", detail, c.endpoint)).with_file(name);
 }
 
+// The whole object's hash a HEAD vouches for, the fastest to check first: GCS's x-goog-hash (crc32c,
+// else md5), S3's full-object x-amz-checksum-* (a composite "<b64>-N" of a multipart upload covers parts
+// only: not used), else a single-part upload's MD5 ETag (32 hex; not under SSE-KMS or SSE-C, whose
+// ETags are no MD5).
+std::optional<VouchedHash> object_hash(const HttpResponse& head) {
+  const std::string goog = head.header("x-goog-hash");  // "crc32c=<b64>,md5=<b64>" (last header line kept)
+  for (const char* alg : {"crc32c", "md5"}) {
+    const auto at = goog.find(std::string(alg) + "=");
+    if (at == std::string::npos || (at > 0 && goog[at - 1] != ',' && goog[at - 1] != ' ')) continue;
+    const auto begin = at + std::strlen(alg) + 1;
+    const std::string hex = base64_to_hex(goog.substr(begin, goog.find(',', begin) - begin));
+    if (!hex.empty()) return VouchedHash{alg, hex, "x-goog-hash"};
+  }
+  const bool composite = head.header("x-amz-checksum-type") == "COMPOSITE";
+  for (const char* alg : {"crc32c", "crc32", "sha256", "sha1"}) {
+    const std::string v = head.header(std::string("x-amz-checksum-") + alg);
+    if (v.empty() || composite || v.find('-') != std::string::npos) continue;
+    const std::string hex = base64_to_hex(v);
+    if (!hex.empty()) return VouchedHash{alg, hex, std::string("x-amz-checksum-") + alg};
+  }
+  std::string etag = head.header("etag");
+  if (etag.size() == 34 && etag.front() == '"' && etag.back() == '"') etag = etag.substr(1, 32);
+  for (auto& ch : etag) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string sse = head.header("x-amz-server-side-encryption");
+  if (etag.size() == 32 && etag.find_first_not_of("0123456789abcdef") == std::string::npos && sse != "aws:kms" &&
+      sse != "aws:kms:dsse" && head.header("x-amz-server-side-encryption-customer-algorithm").empty())
+    return VouchedHash{"md5", etag, "ETag"};
+  return std::nullopt;
+}
+
 // A configuration and the client that goes with it (its CA bundle).
 struct Resolved {
   std::shared_ptr<const S3Config> config;
@@ -88,6 +120,7 @@ class S3Target final : public remote::ObjectTarget {
     r.url = s3_request_url(*c_, u_.bucket, u_.key, query_);
     r.follow_redirects = false;  // a redirect means another region: reported, not followed
     r.follow_relative_redirects = false;
+    if (method == "HEAD") r.headers.emplace_back("x-amz-checksum-mode", "ENABLED");  // S3's checksums in the answer
     if (!c_->bearer_token.empty()) {
       r.headers.emplace_back("Authorization", "Bearer " + c_->bearer_token);
     } else if (!c_->anonymous && c_->credentials) {
@@ -100,6 +133,7 @@ class S3Target final : public remote::ObjectTarget {
     return r;
   }
   Status error(const HttpResponse& r) const override { return s3_status(r, name_, *c_); }
+  std::optional<VouchedHash> vouched_hash(const HttpResponse& head) const override { return object_hash(head); }
 
  private:
   std::shared_ptr<const S3Config> c_;
@@ -163,11 +197,14 @@ class S3Env final : public Env {
     std::string token;
     uint64_t seen = 0;  // entries of every page, before folding names into folders
     int empty = 0;      // empty truncated pages in a row
+    const auto deadline = listing_deadline(lim);
     for (uint64_t pages = 0;; ++pages) {
       if (pages >= lim.max_list_pages)
         return Status::OutOfRange(
                    fmt::format("listing did not end after {} pages (WEIGHTLIFT_LIST_MAX_PAGES)", lim.max_list_pages))
             .with_file(path);
+      if (Status late = listing_overdue(lim, deadline, "the listing", pages, seen); !late.ok())
+        return std::move(late).with_file(path);
       WL_ASSIGN_OR_RETURN(s3::ListPage page, list_page(path, token, 0));
       seen += page.objects.size() + page.prefixes.size();
       if (seen > lim.max_list_entries)

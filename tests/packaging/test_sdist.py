@@ -52,7 +52,7 @@ def test_the_sdist_configures_like_pips_build(sdist, tmp_path):
 
 # What each missing piece is reported as: every find of cmake/Dependencies.cmake fails.
 MISSING = ["nlohmann-json3-dev", "libfmt-dev", "libssl-dev", "libcurl4-openssl-dev", "pkg-config", "libre2-dev",
-           "libtinyxml2-dev", "libcli11-dev", "python3-dev"]
+           "libtinyxml2-dev", "libisal-dev", "libcli11-dev", "python3-dev"]
 
 
 def test_missing_system_packages_are_named_in_one_message(tmp_path):
@@ -70,4 +70,4 @@ def test_one_missing_package_is_named_alone(tmp_path):
     assert r.returncode != 0
     assert r.stderr.count("CMake Error") == 1, r.stderr
     line = next((ln for ln in r.stderr.splitlines() if "apt-get install" in ln), "")
-    assert line.split("apt-get install", 1)[1].split() == ["libre2-dev", "libtinyxml2-dev"], r.stderr
+    assert line.split("apt-get install", 1)[1].split() == ["libre2-dev", "libtinyxml2-dev", "libisal-dev"], r.stderr
