@@ -6,11 +6,14 @@ filters, the converter); here the Python objects around them.
 A leaf: imports only _core and _log."""
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
+import stat
 import tempfile
 from collections import defaultdict
 from collections.abc import Generator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import IO
 
@@ -32,14 +35,53 @@ def model_lock_path(model_name_or_path: str | Path, cache_dir: str | None = None
     return _core.model_lock_path(str(model_name_or_path), cache_dir or temp_dir)
 
 
-def get_lock(model_name_or_path: str | Path, cache_dir: str | None = None) -> filelock.FileLock:
+class SharedFileLock(filelock.UnixFileLock):
+    """filelock's lock, taken as the engine takes its lock files (docs/integrity.md): never through a
+    symbolic link and only on a regular file. filelock itself opens O_TRUNC following links and widens
+    the mode to 0o666, so a link planted as the lock file in a shared folder would have the file it
+    points to truncated and made world-writable; here that is a PermissionError naming the path."""
+
+    def _acquire(self) -> None:
+        path = self.lock_file
+        os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+        flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC
+        try:
+            fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, self._context.mode)
+            created = True
+        except FileExistsError:
+            try:
+                fd = os.open(path, flags)
+            except OSError as e:
+                if e.errno == errno.ELOOP:
+                    raise PermissionError(errno.EPERM, "the lock file is a symbolic link; refusing to use it "
+                                                       "(in a shared folder another user may have planted it)",
+                                          path) from None
+                raise
+            created = False
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
+            raise PermissionError(errno.EPERM, "the lock file is not a regular file; refusing to use it", path)
+        if created or st.st_uid == os.geteuid():  # another user's lock keeps its mode
+            with suppress(PermissionError):
+                os.fchmod(fd, self._context.mode)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(fd)
+        else:
+            self._context.lock_file_fd = fd
+
+
+def get_lock(model_name_or_path: str | Path, cache_dir: str | None = None) -> filelock.BaseFileLock:
     """A file lock shared by every process (and user) working on this model:
     the engine's own model lock file (the Hub client's, the NumPy cache's),
-    mode 0o666 so other users can take it."""
+    mode 0o666 so other users can take it; never taken through a link
+    (SharedFileLock)."""
     lock_dir = cache_dir or temp_dir
     # The reference creates the parent of lock_dir (a quirk kept for identical behaviour).
     os.makedirs(os.path.dirname(lock_dir), exist_ok=True)
-    return filelock.FileLock(model_lock_path(model_name_or_path, lock_dir), mode=0o666)
+    return SharedFileLock(model_lock_path(model_name_or_path, lock_dir), mode=0o666)
 
 
 @contextmanager

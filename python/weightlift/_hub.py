@@ -19,9 +19,10 @@ downloads: libcurl, parallel ranged requests for large files, into the very
 cache huggingface_hub uses); this module is the Python face. huggingface_hub
 itself is optional: when it is installed its HF_HUB_OFFLINE constant is
 honoured (as the reference does) and an offline miss raises its
-LocalEntryNotFoundError. A blob whose bytes do not match its ETag fails the
-load (CorruptDataError naming the repository, the file and the revision) even
-when tensors were already handed over.
+LocalEntryNotFoundError. A blob whose bytes do not match the hash the Hub
+vouches for (docs/integrity.md) fails the load (CorruptDataError naming the
+repository, the file and the revision) even when tensors were already handed
+over.
 """
 from __future__ import annotations
 
