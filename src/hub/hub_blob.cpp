@@ -211,24 +211,25 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
   // file without one is always a prefix. New files of ours are created
   // exclusively under unpredictable names, never through a link, with the
   // umask's mode (O_CREAT|O_EXCL|O_NOFOLLOW); a name taken meanwhile is a new draw.
-  for (int attempt = 0; !journal_out_; ++attempt) {
-    auto j = env->new_writable(journal_, {.mode = 0666, .exclusive = true});
-    if (j.ok()) {
-      journal_out_ = std::move(*j);
-      break;
+  for (int attempt = 0; !out_; ++attempt) {
+    Status taken;
+    auto f = env->new_writable(partial_, {.mode = 0666, .exclusive = true});
+    if (f.ok()) {
+      auto j = env->new_writable(journal_, {.mode = 0666, .exclusive = true});
+      if (j.ok()) {
+        out_ = std::move(*f);
+        journal_out_ = std::move(*j);
+        break;
+      }
+      (void)(*f)->close();
+      (void)env->remove(partial_);
+      taken = j.status();
+    } else {
+      taken = f.status();
     }
-    if (j.status().code() != Code::kAlreadyExists || adopted_ || attempt >= 16) return j.status();
+    if (taken.code() != Code::kAlreadyExists || attempt >= 16) return taken;
     partial_ = blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete";
     journal_ = partial_ + ".ranges";
-  }
-  if (!out_) {
-    auto f = env->new_writable(partial_, {.mode = 0666, .exclusive = true});
-    if (!f.ok()) {
-      (void)journal_out_->close();
-      (void)env->remove(journal_);
-      return f.status();
-    }
-    out_ = std::move(*f);
   }
   WL_RETURN_IF_ERROR(save_journal_locked());
   WL_ASSIGN_OR_RETURN(uint64_t cur, out_->size());
@@ -539,7 +540,7 @@ Status BlobFetch::verify_and_commit() {
     journal_out_.reset();
     (void)env->remove(partial_);
     (void)env->remove(journal_);
-    const char* against = m_.hash_hex == m_.etag              ? "the ETag"
+    const char* against = m_.hash_hex == m_.etag         ? "the ETag"
                           : m_.hash == HashKind::kSha256 ? "the tree listing's lfs.oid"
                                                          : "the tree listing's oid";
     return Status::Corrupt(
@@ -548,9 +549,10 @@ Status BlobFetch::verify_and_commit() {
                     m_.path, m_.repo_id, m_.revision, against, m_.hash_hex, got));
   }
   if (m_.hash == HashKind::kNone)
-    c_.log(fmt::format("{} of {} (revision {}): the server vouches for no hash of it (ETag '{}', no lfs.oid or oid "
-                       "listed); written atomically but NOT verified",
-                       m_.path, m_.repo_id, m_.revision, m_.etag));
+    c_.log(
+        fmt::format("{} of {} (revision {}): the server vouches for no hash of it (ETag '{}', no lfs.oid or oid "
+                    "listed); written atomically but NOT verified",
+                    m_.path, m_.repo_id, m_.revision, m_.etag));
   WL_RETURN_IF_ERROR(out_->sync());
   WL_RETURN_IF_ERROR(out_->close());
   out_.reset();

@@ -377,7 +377,12 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
     if (!seen_pages.insert(url).second)
       return Status::Corrupt("tree pagination of " + repo_id + " does not end (a page links back to an earlier one)");
     HttpResponse resp;
-    WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision, &resp, deadline));
+    auto got = get_json(c, url, repo_id, revision, &resp, deadline);
+    if (!got.ok()) {  // the listing's own time, when that is what ended the request
+      WL_RETURN_IF_ERROR(listing_overdue(lim, deadline, "the tree listing of " + repo_id, page, out.size()));
+      return std::move(got).status();
+    }
+    json j = std::move(*got);
     if (!j.is_array()) return Status::Corrupt("tree listing is not a JSON array from " + url);
     if (out.size() + j.size() > lim.max_list_entries)
       return Status::OutOfRange(
@@ -425,7 +430,7 @@ Status vouch_from_folder_listing(HubCtx& c, FileMeta& m) {
   auto entries = list_repo_tree(m.repo_id, m.commit, folder, /*recursive=*/false, c.o);
   if (!entries.ok()) {
     c.log(fmt::format("cannot list {} of {} for its hash ({})", folder.empty() ? "the root" : folder, m.repo_id,
-                        entries.status().to_string()));
+                      entries.status().to_string()));
     return Status();
   }
   for (const auto& e : *entries)

@@ -8,6 +8,7 @@ One process, three ports chosen by the OS:
                             AWS_NO_SIGN_REQUEST=1); bucket "b", model prefix "m/"
             /hub/<case>     a Hub endpoint; repository "org/m", revision main
             /http/<case>/   plain files (http(s):// sources)
+            /ms/<case>      a ModelScope endpoint (api/v1/models/org/m/repo[/files])
   other   "another host" (a CDN): cross-host redirects land here
   silent  accepts connections, reads the request, and never answers
 
@@ -74,6 +75,43 @@ def git_sha1(b):
 
 
 COMMIT = hashlib.sha1(b"hostile").hexdigest()
+# Other bytes of the model's length: what a hostile mirror's CDN, or an update upstream, serves.
+OTHER_MODEL = MODEL[:-4] + bytes(b ^ 0xFF for b in MODEL[-4:])
+
+
+def _crc32c_table():
+    t = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        t.append(c)
+    return t
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    c = 0xFFFFFFFF
+    for b in data:
+        c = CRC32C_TABLE[(c ^ b) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+
+
+def b64(raw):
+    import base64
+    return base64.b64encode(raw).decode()
+
+
+def object_checksums(data):
+    """The headers object stores vouch for `data` with (base64, big-endian CRCs)."""
+    import zlib
+    return {"crc32c": b64(struct.pack(">I", crc32c(data))), "crc32": b64(struct.pack(">I", zlib.crc32(data))),
+            "sha256": b64(hashlib.sha256(data).digest()), "md5": b64(hashlib.md5(data).digest())}
+
+
+CHECKSUMS = {}  # filled lazily: the pure-Python CRC-32C of the model takes a moment
 
 
 class State:
@@ -194,6 +232,8 @@ def make_handler(state, port_name):
                 return self.hub(case, rest, query)
             if kind == "http":
                 return self.http(case, rest)
+            if kind == "ms":
+                return self.modelscope(case, rest, query)
             self.send(404)
 
         # ---- "another host"
@@ -206,6 +246,8 @@ def make_handler(state, port_name):
                     return self.ranged(CONFIG, headers={"ETag": '"%s"' % git_sha1(CONFIG)})
                 if name == "trickle":
                     return self.trickle(MODEL)
+                if name == "other-model.safetensors":  # a mirror's CDN: other bytes, the right length
+                    return self.ranged(OTHER_MODEL)
             if path.startswith("/back/"):  # a redirect back to the main host (token must stay dropped)
                 return self.redirect("http://127.0.0.1:%d/%s" % (state.ports["main"], path[len("/back/"):]))
             self.send(404)
@@ -271,7 +313,7 @@ def make_handler(state, port_name):
                 return self.s3_error_huge()
             files = self.s3_files(case)
             if key in files:
-                return self.ranged(files[key])
+                return self.ranged(files[key], headers=self.s3_checksum_headers(case, files[key]))
             self.send(404, b"<Error><Code>NoSuchKey</Code><Message>no such key</Message></Error>",
                       {"Content-Type": "application/xml"})
 
@@ -288,6 +330,31 @@ def make_handler(state, port_name):
                     self.wfile.write(b" " * (1 << 20))
             except OSError:
                 pass
+
+        def s3_checksum_headers(self, case, data):
+            """sum-<algorithm>[-bad]: S3's x-amz-checksum-*; goog[-bad]: GCS's x-goog-hash; etag-bad: a wrong
+            MD5 ETag; multipart: a '<hex>-2' ETag (nothing to check); composite: a multipart checksum."""
+            if not case.startswith(("sum-", "goog", "etag-bad", "multipart", "composite")):
+                return None
+            if "x" not in CHECKSUMS:
+                CHECKSUMS["x"] = (object_checksums(MODEL), object_checksums(OTHER_MODEL))
+            good, bad = CHECKSUMS["x"]
+            sums = bad if case.endswith("-bad") else good
+            md5 = hashlib.md5(OTHER_MODEL if case == "etag-bad" else data).hexdigest()
+            h = {"ETag": '"%s"' % md5}
+            if case.startswith("sum-"):
+                alg = case.split("-")[1]
+                h["x-amz-checksum-" + alg] = sums[alg]
+                h["x-amz-checksum-type"] = "FULL_OBJECT"
+            elif case.startswith("goog"):
+                h["x-goog-hash"] = "crc32c=%s,md5=%s" % (sums["crc32c"], sums["md5"])
+            elif case == "multipart":
+                h["ETag"] = '"%s-2"' % md5
+            elif case == "composite":
+                h["ETag"] = '"%s-2"' % md5
+                h["x-amz-checksum-crc32c"] = bad["crc32c"] + "-2"
+                h["x-amz-checksum-type"] = "COMPOSITE"
+            return h
 
         def s3_files(self, case):
             files = {"m/model.safetensors": MODEL}
@@ -400,6 +467,8 @@ def make_handler(state, port_name):
             if case == "tree-endless-entries":  # one new entry a page, forever
                 e = {"type": "file", "oid": "0" * 40, "size": 1, "path": "f%d.txt" % cursor}
                 return self.json(200, [e], {"Link": '<%s?cursor=%d>; rel="next"' % (base, cursor + 1)})
+            if case == "mirror-nohash":  # a listing that vouches for nothing
+                return self.json(200, [{"type": "file", "oid": "", "size": len(MODEL), "path": "model.safetensors"}])
             entries = [{"type": "file", "oid": git_sha1(CONFIG), "size": len(CONFIG), "path": "config.json"},
                        {"type": "file", "oid": git_sha1(MODEL), "size": len(MODEL), "path": "model.safetensors",
                         "lfs": {"oid": hashlib.sha256(MODEL).hexdigest(), "size": len(MODEL), "pointerSize": 134}}]
@@ -425,6 +494,18 @@ def make_handler(state, port_name):
             if case == "linked-size-absurd" and fname == "model.safetensors":
                 return self.redirect(other + "/blob/model.safetensors",
                                      dict(lfs, **{"X-Linked-Size": "9000000000000000000"}))
+            # An HF-compatible mirror whose ETag is no hash while its tree lists the real lfs.oid; "-good"
+            # serves the model's bytes, the others other bytes of the right length from its CDN.
+            mirror_etags = {"mirror-md5": hashlib.md5(MODEL).hexdigest(), "mirror-md5-good": hashlib.md5(MODEL).hexdigest(),
+                            "mirror-multipart": hashlib.md5(MODEL).hexdigest() + "-2", "mirror-63hex": sha[:63],
+                            "mirror-nohash": hashlib.md5(MODEL).hexdigest()}
+            if case in mirror_etags and fname == "model.safetensors":
+                blob = "model.safetensors" if case == "mirror-md5-good" else "other-model.safetensors"
+                return self.redirect(other + "/blob/" + blob, dict(common, **{"ETag": '"%s"' % mirror_etags[case],
+                                                                              "X-Linked-Size": str(len(MODEL))}))
+            if case == "mirror-contradict" and fname == "model.safetensors":  # a hash ETag the tree contradicts
+                return self.redirect(other + "/blob/other-model.safetensors",
+                                     dict(lfs, **{"X-Linked-Etag": '"%s"' % hashlib.sha256(OTHER_MODEL).hexdigest()}))
             if case == "trickle" and fname == "model.safetensors":
                 return self.redirect(other + "/blob/trickle", lfs)
             if case == "nonlfs-crosshost" and fname == "config.json":  # a regular file served by another host
@@ -443,6 +524,30 @@ def make_handler(state, port_name):
             if fname.startswith("cdn/"):  # reached through the redirect back (token case)
                 return self.ranged(MODEL, headers={"ETag": '"%s"' % sha})
             self.json(404, {"error": "no"}, dict(common, **{"X-Error-Code": "EntryNotFound"}))
+
+        # ---- ModelScope
+        def modelscope(self, case, rest, query):
+            """ok: the model; stale: the model updated upstream (other bytes, same size); wrong-bytes: listed
+            as the model, serves other bytes; size-<n>: the listing's Size is n (2^62, 1e15, -1)."""
+            if not rest.startswith("api/v1/models/org/m/repo"):
+                return self.json(404, {"Code": 404, "Message": "no such model"})
+            data = OTHER_MODEL if case in ("stale", "wrong-bytes") else MODEL
+            listed = MODEL if case == "wrong-bytes" else data
+            size = len(listed)
+            if case.startswith("size-"):
+                size = {"size-2p62": 1 << 62, "size-1e15": 10 ** 15, "size-neg": -1}[case]
+            if rest.endswith("repo/files"):
+                files = [{"Path": "model.safetensors", "Type": "blob", "Size": size,
+                          "Sha256": hashlib.sha256(listed).hexdigest()},
+                         {"Path": "config.json", "Type": "blob", "Size": len(CONFIG),
+                          "Sha256": hashlib.sha256(CONFIG).hexdigest()}]
+                return self.json(200, {"Code": 200, "Data": {"Files": files}})
+            path = query.get("FilePath", [""])[0]
+            if path == "config.json":
+                return self.ranged(CONFIG)
+            if path == "model.safetensors":
+                return self.ranged(data)
+            self.json(404, {"Code": 404, "Message": "no such file"})
 
     return Handler
 

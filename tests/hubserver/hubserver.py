@@ -24,6 +24,8 @@ Listens only on 127.0.0.1 with ports chosen by the OS. Test hooks (hub port):
   GET  /_wl/stats    JSON: bytes served per path, GET count per path, Authorization
                      headers the CDN saw, all request lines
   POST /_wl/modelscope  (nothing) -- ModelScope API is always on under /api/v1/models
+  GET  /_wl/vouch?on=0  a mirror that vouches for no hash (LFS ETags of 32 hex, no X-Linked-Etag,
+                     no oid or lfs in the tree): the downloads' unverified path, for bench/integrity
 
 Run standalone: hubserver.py --root DIR --port-file FILE [--token T] [--page-size N]
 (writes "HUB_PORT CDN_PORT\n" to FILE once listening; stops on SIGTERM).
@@ -117,6 +119,7 @@ class State:
         self.repos = {}
         self.fault = {"mode": "none", "count": 0, "path": "", "retry_after": 0}
         self.rate = 0
+        self.vouch = True  # /_wl/vouch
         self.burst = 0  # bytes each response sends at full speed before the throttle applies
         self.bytes = {}
         self.gets = {}
@@ -212,6 +215,9 @@ def make_handler(state, is_cdn):
             query = urllib.parse.parse_qs(url.query)
             if is_cdn:
                 return self._cdn(path)
+            if path == "/_wl/vouch":
+                state.vouch = query.get("on", ["1"])[0] != "0"
+                return self._json(200, {"ok": True})
             if path in ("/_wl/faults", "/_wl/rate"):  # GET form of the POST hooks (query parameters)
                 q = {k: v[0] for k, v in query.items()}
                 with state.lock:
@@ -280,8 +286,8 @@ def make_handler(state, is_cdn):
                     if not recursive:
                         continue
                 fi = files[p]
-                e = {"type": "file", "oid": fi.oid, "size": fi.size, "path": p}
-                if fi.lfs:
+                e = {"type": "file", "oid": fi.oid if state.vouch else "", "size": fi.size, "path": p}
+                if fi.lfs and state.vouch:
                     e["lfs"] = {"oid": fi.sha256, "size": fi.size, "pointerSize": 134}
                 entries.append(e)
             start = int(query.get("cursor", ["0"])[0] or 0)
@@ -319,8 +325,9 @@ def make_handler(state, is_cdn):
                 self.send_response(302)
                 for k, v in common.items():
                     self.send_header(k, v)
-                self.send_header("ETag", '"%s"' % fi.oid)
-                self.send_header("X-Linked-Etag", '"%s"' % fi.sha256)
+                self.send_header("ETag", '"%s"' % (fi.oid if state.vouch else fi.sha256[:32]))
+                if state.vouch:
+                    self.send_header("X-Linked-Etag", '"%s"' % fi.sha256)
                 self.send_header("X-Linked-Size", str(fi.size))
                 self.send_header("Location", loc)
                 self.send_header("Content-Length", "0")
