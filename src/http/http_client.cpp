@@ -322,8 +322,9 @@ std::chrono::steady_clock::time_point listing_deadline(const HttpOptions& o) {
 Status listing_overdue(const HttpOptions& o, std::chrono::steady_clock::time_point deadline, const std::string& what,
                        uint64_t pages, uint64_t entries) {
   if (deadline == std::chrono::steady_clock::time_point{} || Clock::now() < deadline) return Status();
-  return Status::OutOfRange(fmt::format("{} did not end within {} (WEIGHTLIFT_LIST_TIMEOUT): {} pages, {} entries so far",
-                                        what, secs(o.list_timeout_s), pages, entries));
+  return Status::OutOfRange(
+      fmt::format("{} did not end within {} (WEIGHTLIFT_LIST_TIMEOUT): {} pages, {} entries so far", what,
+                  secs(o.list_timeout_s), pages, entries));
 }
 
 ScopedNetworkDeadline::ScopedNetworkDeadline(double seconds, std::string setting) {

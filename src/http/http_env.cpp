@@ -84,10 +84,10 @@ std::unique_ptr<Env> new_http_env(std::optional<HttpOptions> options) {
 }
 
 const std::vector<std::string>& network_setting_variables() {
-  static const std::vector<std::string> v = {
-      "WEIGHTLIFT_CONNECT_TIMEOUT", "WEIGHTLIFT_STALL_TIMEOUT",  "WEIGHTLIFT_REQUEST_TIMEOUT", "WEIGHTLIFT_RETRIES",
-      "WEIGHTLIFT_MAX_REDIRECTS",   "WEIGHTLIFT_LIST_MAX_PAGES", "WEIGHTLIFT_LIST_MAX_ENTRIES",
-      "WEIGHTLIFT_LIST_TIMEOUT"};
+  static const std::vector<std::string> v = {"WEIGHTLIFT_CONNECT_TIMEOUT",  "WEIGHTLIFT_STALL_TIMEOUT",
+                                             "WEIGHTLIFT_REQUEST_TIMEOUT",  "WEIGHTLIFT_RETRIES",
+                                             "WEIGHTLIFT_MAX_REDIRECTS",    "WEIGHTLIFT_LIST_MAX_PAGES",
+                                             "WEIGHTLIFT_LIST_MAX_ENTRIES", "WEIGHTLIFT_LIST_TIMEOUT"};
   return v;
 }
 

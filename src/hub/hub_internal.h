@@ -154,7 +154,7 @@ class BlobFetch {
   FileMeta m_;
   std::string blob_, partial_, journal_;
   std::unique_ptr<WritableFile> out_, journal_out_;  // the partial file and its journal, opened once
-  std::shared_ptr<RandomAccessFile> in_;  // the partial file, read back (hashing, copies)
+  std::shared_ptr<RandomAccessFile> in_;             // the partial file, read back (hashing, copies)
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<Chunk> chunks_;

@@ -36,7 +36,9 @@ std::string modelscope_cache(const HubOptions& o) {
 
 std::string modelscope_endpoint(const HubOptions& o) {
   const char* dom = std::getenv("MODELSCOPE_DOMAIN");
-  std::string endpoint = !o.endpoint.empty() ? o.endpoint : (dom && *dom) ? std::string(dom) : "https://www.modelscope.cn";
+  std::string endpoint = !o.endpoint.empty() ? o.endpoint
+                         : (dom && *dom)     ? std::string(dom)
+                                             : "https://www.modelscope.cn";
   if (endpoint.find("://") == std::string::npos) endpoint = "https://" + endpoint;
   while (!endpoint.empty() && endpoint.back() == '/') endpoint.pop_back();
   return endpoint;
@@ -76,8 +78,8 @@ Result<MsFile> parse_entry(const json& f, const std::string& url) {
     m.sha256 = f["Sha256"].get<std::string>();
     for (auto& ch : m.sha256) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
     if (!m.sha256.empty() && !is_hex_of(m.sha256, 64))
-      return Status::Corrupt(fmt::format("ModelScope lists {} with a Sha256 that is not 64 hex digits (from {})",
-                                         m.path, url));
+      return Status::Corrupt(
+          fmt::format("ModelScope lists {} with a Sha256 that is not 64 hex digits (from {})", m.path, url));
   }
   return m;
 }
@@ -100,9 +102,10 @@ Result<std::vector<MsFile>> list_files(HttpClient& http, const std::vector<std::
       return Status::NotFound("ModelScope error for " + model_id + ": " + j.value("Message", ""));
     const json& list = j.at("Data").at("Files");
     if (list.size() > http.options().max_list_entries)
-      return Status::OutOfRange(fmt::format("the ModelScope listing of {} holds more than {} entries "
-                                            "(WEIGHTLIFT_LIST_MAX_ENTRIES)",
-                                            model_id, http.options().max_list_entries));
+      return Status::OutOfRange(
+          fmt::format("the ModelScope listing of {} holds more than {} entries "
+                      "(WEIGHTLIFT_LIST_MAX_ENTRIES)",
+                      model_id, http.options().max_list_entries));
     for (const auto& f : list) {
       if (f.value("Type", "blob") == "tree") continue;
       WL_ASSIGN_OR_RETURN(MsFile m, parse_entry(f, req.url));
@@ -219,7 +222,8 @@ Status fetch_file(HttpClient& http, const HttpRequest& g, const std::string& des
     if (o.log) o.log(fmt::format("ModelScope lists no Sha256 for {}: written atomically, NOT verified", f.path));
     return Status();
   }
-  if (auto done = env->open(dest, {.mode = FileMode::kPread}); done.ok()) sidecar.record(f.path, (*done)->version(), sha);
+  if (auto done = env->open(dest, {.mode = FileMode::kPread}); done.ok())
+    sidecar.record(f.path, (*done)->version(), sha);
   return Status();
 }
 
@@ -267,9 +271,10 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
       return Status::OutOfRange(fmt::format("the sizes ModelScope lists for {} add up past 2^64 bytes", model_id));
   }
   if (auto room = free_disk_bytes(folder); room && total > *room)
-    return Status::OutOfRange(fmt::format("cannot download {} from ModelScope: its files are listed at {} bytes, more "
-                                          "than the {} bytes free on the disk of {}; nothing was written",
-                                          model_id, total, *room, folder));
+    return Status::OutOfRange(
+        fmt::format("cannot download {} from ModelScope: its files are listed at {} bytes, more "
+                    "than the {} bytes free on the disk of {}; nothing was written",
+                    model_id, total, *room, folder));
   Status st;
   for (const MsFile* f : fetch) {
     HttpRequest g;

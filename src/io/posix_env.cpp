@@ -377,7 +377,8 @@ class PosixEnv final : public Env {
     UniqueFd fd(::openat(dir.at(), dir.name.c_str(), O_RDWR | O_CREAT | O_EXCL | nofollow, mode));
     const bool created = static_cast<bool>(fd);
     if (!fd && errno == EEXIST) fd.reset(::openat(dir.at(), dir.name.c_str(), O_RDWR | nofollow));
-    if (!fd && errno == EACCES) fd.reset(::openat(dir.at(), dir.name.c_str(), O_RDONLY | nofollow));  // flock needs no write
+    if (!fd && errno == EACCES)
+      fd.reset(::openat(dir.at(), dir.name.c_str(), O_RDONLY | nofollow));  // flock needs no write
     if (!fd && errno == ELOOP) return confined::planted_link(path);
     if (!fd) return Status::FromErrno(errno, "cannot open the lock file").with_file(path);
     struct stat st {};
@@ -448,11 +449,12 @@ class PosixEnv final : public Env {
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(path);
     if (o.adopt && (!S_ISREG(st.st_mode) || st.st_uid != ::geteuid() || st.st_nlink != 1))
-      return Status::PermissionDenied(fmt::format(
-                 "not resuming it: {} (only a regular file of this user with one link is resumed; it is left alone)",
-                 !S_ISREG(st.st_mode)        ? "not a regular file"
-                 : st.st_uid != ::geteuid() ? fmt::format("owned by uid {}, not {}", st.st_uid, ::geteuid())
-                                            : fmt::format("{} hard links", st.st_nlink)))
+      return Status::PermissionDenied(fmt::format("not resuming it: {} (only a regular file of this user with one link "
+                                                  "is resumed; it is left alone)",
+                                                  !S_ISREG(st.st_mode) ? "not a regular file"
+                                                  : st.st_uid != ::geteuid()
+                                                      ? fmt::format("owned by uid {}, not {}", st.st_uid, ::geteuid())
+                                                      : fmt::format("{} hard links", st.st_nlink)))
           .with_file(path);
     const uint64_t pos = truncate ? 0 : static_cast<uint64_t>(st.st_size);
     return std::unique_ptr<WritableFile>(std::make_unique<PosixWritableFile>(path, std::move(owned), pos));

@@ -9,8 +9,8 @@
 
 #include "http/remote_file.h"
 #include "s3/s3_names.h"
-#include "util/digest.h"
 #include "s3/s3_xml.h"
+#include "util/digest.h"
 #include "weightlift/s3.h"
 
 namespace wl {

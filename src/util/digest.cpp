@@ -81,7 +81,8 @@ std::string base64_to_hex(const std::string& b64) {
   unsigned char out[512];
   const int n = EVP_DecodeBlock(out, reinterpret_cast<const unsigned char*>(b64.data()), static_cast<int>(b64.size()));
   if (n < 0) return {};
-  int len = n - static_cast<int>(std::count(b64.end() - 2, b64.end(), '='));  // EVP_DecodeBlock keeps the padding's zeros
+  int len =
+      n - static_cast<int>(std::count(b64.end() - 2, b64.end(), '='));  // EVP_DecodeBlock keeps the padding's zeros
   return fmt::format("{:02x}", fmt::join(out, out + std::max(len, 0), ""));
 }
 
