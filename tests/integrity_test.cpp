@@ -119,6 +119,22 @@ TEST_F(Integrity, AFileNoSourceVouchesForIsWrittenAtomicallyAndSaidUnverified) {
   EXPECT_TRUE(contains(all, "model.safetensors")) << all;
 }
 
+TEST_F(Integrity, VerificationSwitchedOffIsSaidForEveryFile) {
+  ScopedEnv off("WEIGHTLIFT_VERIFY", "0");  // docs/integrity.md: for a CPU that cannot hash as fast as it downloads
+  std::vector<std::string> log;
+  HubOptions o = hub("ok", tmp_.file("c"));
+  o.log = [&](const std::string& line) { log.push_back(line); };
+  auto r = snapshot_download("org/m", {}, o);
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  std::string all;
+  for (const auto& l : log) all += l + "\n";
+  EXPECT_TRUE(contains(all, "model.safetensors of org/m (revision main): NOT verified: verification is off")) << all;
+  S3Case s3("sum-crc32c");
+  auto d = download_model_files("s3://b/m/", tmp_.file("s3"), {});
+  ASSERT_TRUE(d.ok()) << d.status().to_string();
+  EXPECT_EQ(d->unverified.size(), 1u);
+}
+
 // ---- ModelScope -----------------------------------------------------------------------------------
 
 HubOptions modelscope(const std::string& c, const std::string& cache) {

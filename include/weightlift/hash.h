@@ -31,4 +31,10 @@ class Sha256 {
 std::string sha256_hex(std::span<const std::byte> data);
 std::string sha256_hex(std::string_view text);
 
+// Whether downloads check their bytes against the hash their source vouches
+// for (docs/integrity.md): on unless WEIGHTLIFT_VERIFY is "0" (for a machine
+// whose CPU cannot hash as fast as its network delivers; every file is then
+// logged NOT verified). Read at each call.
+bool verify_downloads();
+
 }  // namespace wl

@@ -148,7 +148,8 @@ struct ModelDownloadResult {
   // index or, with configs, a config file), source-relative, sorted.
   std::vector<std::string> left_out;
   // Files written (full local paths) whose source vouched for no hash (plain
-  // URLs, multipart objects, local folders): written atomically, not verified.
+  // URLs, multipart objects, local folders), or all of them with
+  // WEIGHTLIFT_VERIFY=0 (hash.h): written atomically, not verified.
   // Every other file matched its source's hash before taking its name.
   std::vector<std::string> unverified;
 };

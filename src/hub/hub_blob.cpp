@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "hub/hub_internal.h"
+#include "weightlift/hash.h"
 #include "weightlift/lock.h"
 
 namespace wl {
@@ -206,7 +207,7 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
       chunks_[i].have = chunks_[i].end - chunks_[i].begin;
   for (auto& ch : chunks_)
     if (ch.have == ch.end - ch.begin) ++arrived_;
-  hasher_ = std::make_unique<Hasher>(m_.hash, m_.size);
+  hasher_ = std::make_unique<Hasher>(verify_downloads() ? m_.hash : HashKind::kNone, m_.size);
   // The journal exists before the partial file takes its full size: a partial
   // file without one is always a prefix. New files of ours are created
   // exclusively under unpredictable names, never through a link, with the
@@ -534,7 +535,7 @@ Status BlobFetch::finish() {
 Status BlobFetch::verify_and_commit() {
   Env* env = c_.env;
   const std::string got = hasher_->hex();
-  if (m_.hash != HashKind::kNone && got != m_.hash_hex) {
+  if (hasher_->kind != HashKind::kNone && got != m_.hash_hex) {
     (void)out_->close();
     out_.reset();
     journal_out_.reset();
@@ -548,11 +549,14 @@ Status BlobFetch::verify_and_commit() {
                     "download was deleted",
                     m_.path, m_.repo_id, m_.revision, against, m_.hash_hex, got));
   }
+  if (m_.hash != HashKind::kNone && hasher_->kind == HashKind::kNone)
+    c_.log(fmt::format("warning: {} of {} (revision {}): NOT verified: verification is off (WEIGHTLIFT_VERIFY=0)",
+                       m_.path, m_.repo_id, m_.revision));
   if (m_.hash == HashKind::kNone)
-    c_.log(
-        fmt::format("{} of {} (revision {}): the server vouches for no hash of it (ETag '{}', no lfs.oid or oid "
-                    "listed); written atomically but NOT verified",
-                    m_.path, m_.repo_id, m_.revision, m_.etag));
+    c_.log(fmt::format(
+        "warning: {} of {} (revision {}): the server vouches for no hash of it (ETag '{}', no lfs.oid or oid "
+        "listed); written atomically but NOT verified",
+        m_.path, m_.repo_id, m_.revision, m_.etag));
   WL_RETURN_IF_ERROR(out_->sync());
   WL_RETURN_IF_ERROR(out_->close());
   out_.reset();
