@@ -30,11 +30,11 @@ CLI = os.environ.get("WEIGHTLIFT_CLI", os.path.join(ROOT, "build", "bin", "weigh
 
 
 def timed(cmd, env):
-    r = subprocess.run(["/usr/bin/time", "-f", "%e %M"] + cmd, env=env, capture_output=True, text=True)
+    r = subprocess.run(["/usr/bin/time", "-f", "%e %M %U %S"] + cmd, env=env, capture_output=True, text=True)
     if r.returncode != 0:
         raise SystemExit("failed: %s\n%s" % (" ".join(cmd), r.stderr[-2000:]))
-    wall, kb = r.stderr.strip().splitlines()[-1].split()
-    return float(wall), int(kb) / 1024.0, r.stderr
+    wall, kb, user, sys_ = r.stderr.strip().splitlines()[-1].split()
+    return float(wall), int(kb) / 1024.0, float(user) + float(sys_), r.stderr
 
 
 def main():
@@ -66,23 +66,24 @@ def main():
                     srv.state.vouch = vouch
                     cache = os.path.join(work, "cache")
                     shutil.rmtree(cache, ignore_errors=True)
-                    wall, rss, err = timed(cmd(), dict(env, HF_HUB_CACHE=cache))
-                    if not vouch and what == "load":
-                        assert "NOT verified" in err, err[-2000:]
-                    results.setdefault((what, vouch), []).append((wall, rss))
+                    wall, rss, cpu, err = timed(cmd(), dict(env, HF_HUB_CACHE=cache))
+                    assert ("NOT verified" in err) == (not vouch), err[-2000:]
+                    results.setdefault((what, vouch), []).append((wall, rss, cpu))
         print("repo: %.0f MiB in %d shards (weightlift synth), loopback Hub server, server side hot; medians of %d"
               % (total / 2**20, args.shards, args.runs))
-        print("%-9s %-22s %8s %8s %13s" % ("command", "server vouches", "time s", "MB/s", "peak RSS MiB"))
+        print("%-9s %-22s %8s %8s %8s %13s" % ("command", "server vouches", "time s", "MB/s", "CPU s", "peak RSS MiB"))
         for what in commands:
-            rows = {}
+            rows, cpus = {}, {}
             for vouch in (True, False):
-                walls = [w for w, _ in results[(what, vouch)]]
-                rsss = [r for _, r in results[(what, vouch)]]
-                rows[vouch] = statistics.median(walls)
+                runs = results[(what, vouch)]
+                rows[vouch] = statistics.median(w for w, _, _ in runs)
+                cpus[vouch] = statistics.median(c for _, _, c in runs)
                 label = "SHA-256 (verified)" if vouch else "nothing (unverified)"
-                print("%-9s %-22s %8.2f %8.0f %13.0f" % (what, label, rows[vouch], total / rows[vouch] / 1e6,
-                                                        statistics.median(rsss)))
-            print("%-9s verified / unverified: %.3fx" % (what, rows[True] / rows[False]))
+                print("%-9s %-22s %8.2f %8.0f %8.2f %13.0f" % (what, label, rows[vouch], total / rows[vouch] / 1e6,
+                                                              cpus[vouch], statistics.median(r for _, r, _ in runs)))
+            print("%-9s verified / unverified: time %.3fx, CPU +%.2f s (%.2f CPU s per GB hashed)"
+                  % (what, rows[True] / rows[False], cpus[True] - cpus[False],
+                     (cpus[True] - cpus[False]) / (total / 1e9)))
     finally:
         if srv:
             srv.stop()
