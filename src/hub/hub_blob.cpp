@@ -103,17 +103,16 @@ BlobFetch::~BlobFetch() {
   if (journal_out_) (void)journal_out_->close();
 }
 
-Status BlobFetch::start(uint64_t chunk_bytes) {
+// Adopts an earlier run's partial file (the caller holds the blob lock, so
+// nobody who honours it is writing one): sets partial_, out_, journal_out_
+// and adopted_, and tells the journal to read ("" for a prefix) and the size.
+void BlobFetch::adopt_partial(const std::string& blobs, std::string* journal_path, uint64_t* size) {
   Env* env = c_.env;
-  const std::string blobs = c_.storage(m_.repo_id) + "/blobs";
-  blob_ = blobs + "/" + m_.etag;
-  WL_RETURN_IF_ERROR(env->create_dirs(blobs));
-  // Adopt an earlier run's partial file (the caller holds the blob lock, so
-  // nobody who honours it is writing one): ours carries a journal of arrived
-  // ranges; one without a journal was written front to back (huggingface_hub
-  // in either naming, or our own before its journal existed) and holds a prefix.
-  // Only a regular file of this user is adopted (WriteOptions::adopt); a link
-  // or a neighbour's file is left alone, and a fresh partial file is made.
+  // Ours carries a journal of arrived ranges; one without a journal was
+  // written front to back (huggingface_hub in either naming, or our own
+  // before its journal existed) and holds a prefix. Only a regular file of
+  // this user is adopted (WriteOptions::adopt); a link or a neighbour's file
+  // is left alone, and the caller makes a fresh partial file.
   struct Candidate {
     std::string name;
     bool journal;
@@ -134,8 +133,6 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
   std::stable_sort(candidates.begin(), candidates.end(), [](const Candidate& a, const Candidate& b) {
     return a.journal != b.journal ? a.journal : a.size > b.size;
   });
-  std::string adopt, adopt_journal;
-  uint64_t adopt_size = 0;
   for (const auto& cand : candidates) {
     const std::string path = blobs + "/" + cand.name;
     auto file = env->new_writable(path, {.truncate = false, .adopt = true});
@@ -150,16 +147,54 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
       c_.log(fmt::format("leaving {} alone: {}", path, file.status().to_string()));
       continue;
     }
-    adopt = path;
-    adopt_journal = cand.journal ? path + ".ranges" : "";
-    adopt_size = cand.size;
+    partial_ = path;
+    adopted_ = true;
     out_ = std::move(*file);
     journal_out_ = std::move(journal);
-    break;
+    *journal_path = cand.journal ? path + ".ranges" : "";
+    *size = cand.size;
+    return;
   }
-  partial_ = adopt.empty() ? blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete" : adopt;
+}
+
+// A fresh partial file and its journal, each O_CREAT|O_EXCL|O_NOFOLLOW with the
+// umask's mode; a name taken meanwhile (or planted) is a new draw.
+Status BlobFetch::create_partial(const std::string& blobs) {
+  Env* env = c_.env;
+  for (int attempt = 0; !out_; ++attempt) {
+    Status taken;
+    auto f = env->new_writable(partial_, {.mode = 0666, .exclusive = true});
+    if (f.ok()) {
+      auto j = env->new_writable(journal_, {.mode = 0666, .exclusive = true});
+      if (j.ok()) {
+        out_ = std::move(*f);
+        journal_out_ = std::move(*j);
+        break;
+      }
+      (void)(*f)->close();
+      (void)env->remove(partial_);
+      taken = j.status();
+    } else {
+      taken = f.status();
+    }
+    if (taken.code() != Code::kAlreadyExists || attempt >= 16) return taken;
+    partial_ = blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete";
+    journal_ = partial_ + ".ranges";
+  }
+  return Status();
+}
+
+Status BlobFetch::start(uint64_t chunk_bytes) {
+  Env* env = c_.env;
+  const std::string blobs = c_.storage(m_.repo_id) + "/blobs";
+  blob_ = blobs + "/" + m_.etag;
+  WL_RETURN_IF_ERROR(env->create_dirs(blobs));
+  std::string adopt_journal;
+  uint64_t adopt_size = 0;
+  adopt_partial(blobs, &adopt_journal, &adopt_size);
+  const std::string adopt = adopted_ ? partial_ : "";
+  if (!adopted_) partial_ = blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete";
   journal_ = partial_ + ".ranges";
-  adopted_ = !adopt.empty();
   // Admission: the claimed size (X-Linked-Size, Content-Length) must fit on the cache's disk before
   // anything is sized by it (the chunk table here, the partial file once a server confirms it).
   if (auto room = free_disk_bytes(blobs); room && m_.size > adopt_size && m_.size - adopt_size > *room)
@@ -212,26 +247,7 @@ Status BlobFetch::start(uint64_t chunk_bytes) {
   // file without one is always a prefix. New files of ours are created
   // exclusively under unpredictable names, never through a link, with the
   // umask's mode (O_CREAT|O_EXCL|O_NOFOLLOW); a name taken meanwhile is a new draw.
-  for (int attempt = 0; !out_; ++attempt) {
-    Status taken;
-    auto f = env->new_writable(partial_, {.mode = 0666, .exclusive = true});
-    if (f.ok()) {
-      auto j = env->new_writable(journal_, {.mode = 0666, .exclusive = true});
-      if (j.ok()) {
-        out_ = std::move(*f);
-        journal_out_ = std::move(*j);
-        break;
-      }
-      (void)(*f)->close();
-      (void)env->remove(partial_);
-      taken = j.status();
-    } else {
-      taken = f.status();
-    }
-    if (taken.code() != Code::kAlreadyExists || attempt >= 16) return taken;
-    partial_ = blobs + "/" + m_.etag + "." + random_hex8() + ".incomplete";
-    journal_ = partial_ + ".ranges";
-  }
+  if (!out_) WL_RETURN_IF_ERROR(create_partial(blobs));
   WL_RETURN_IF_ERROR(save_journal_locked());
   WL_ASSIGN_OR_RETURN(uint64_t cur, out_->size());
   // A partial file of the full size was sized after a confirmation (or by huggingface_hub): map it now.

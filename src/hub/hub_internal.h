@@ -139,6 +139,8 @@ class BlobFetch {
   };
   BlobFetch(HubCtx& c, FileMeta m);
   Status start(uint64_t chunk_bytes);
+  void adopt_partial(const std::string& blobs, std::string* journal_path, uint64_t* size);
+  Status create_partial(const std::string& blobs);
   // Gives the partial file its full size and maps it (once), after a server confirmed the size.
   Status size_partial_locked();
   // The check of a response to one of this blob's ranged GETs: its total size is the claimed one.

@@ -63,7 +63,7 @@ Status copy_file(const std::string& from, const std::string& to, const ModelDown
   std::optional<OrderedHash> hash;
   if (vouched && verify_downloads()) {
     auto d = Digest::make(vouched->algorithm);
-    if (d.ok()) hash.emplace(std::move(*d));
+    if (d) hash.emplace(std::move(*d));
   }
   WL_ASSIGN_OR_RETURN(AtomicFile out, AtomicFile::create(to, 0644, o.env));
   const uint64_t size = src->size();

@@ -30,7 +30,7 @@ Digest::Digest(Digest&&) noexcept = default;
 Digest& Digest::operator=(Digest&&) noexcept = default;
 Digest::~Digest() = default;
 
-Result<Digest> Digest::make(const std::string& algorithm) {
+std::optional<Digest> Digest::make(const std::string& algorithm) {
   auto impl = std::make_unique<Impl>();
   const EVP_MD* md = algorithm == "sha256" ? EVP_sha256()
                      : algorithm == "sha1" ? EVP_sha1()
@@ -38,15 +38,14 @@ Result<Digest> Digest::make(const std::string& algorithm) {
                                            : nullptr;
   if (md) {
     impl->md = EVP_MD_CTX_new();
-    if (!impl->md || EVP_DigestInit_ex(impl->md, md, nullptr) != 1)
-      return Status::Internal("cannot start a " + algorithm + " digest");
+    if (!impl->md || EVP_DigestInit_ex(impl->md, md, nullptr) != 1) return std::nullopt;
   } else if (algorithm == "crc32c") {
     impl->crc = Impl::Crc::k32c;
     impl->state = 0xFFFFFFFFu;  // crc32_iscsi carries the register, inverted at the ends
   } else if (algorithm == "crc32") {
     impl->crc = Impl::Crc::k32;  // crc32_gzip_refl inverts itself, as zlib's crc32
   } else {
-    return Status::Unimplemented("no " + algorithm + " digest");
+    return std::nullopt;
   }
   return Digest(std::move(impl));
 }

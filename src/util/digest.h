@@ -6,18 +6,17 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
-
-#include "weightlift/status.h"
 
 namespace wl {
 
 // One running hash. Not thread-safe; move-only.
 class Digest {
  public:
-  // "sha256", "sha1", "md5", "crc32c", "crc32"; kUnimplemented otherwise.
-  static Result<Digest> make(const std::string& algorithm);
+  // "sha256", "sha1", "md5", "crc32c", "crc32"; nullopt for another name.
+  static std::optional<Digest> make(const std::string& algorithm);
   Digest(Digest&&) noexcept;
   Digest& operator=(Digest&&) noexcept;
   ~Digest();
