@@ -1,0 +1,104 @@
+// weightlift/read_ahead.h: a load's reads started before the load ("plan
+// now, execute later"). While the caller builds the memory the tensors will
+// land in (vLLM constructs its model, allocating every parameter), a
+// background job reads the bytes the later load_files() of the same files
+// will need, so that the load itself reads from memory:
+//
+//   local files     into the page cache (the file mapped and its pages
+//                   faulted in block by block, then unmapped: no copy, no
+//                   memory of this process); the load then reads them at
+//                   memory speed (buffered, since they are cached)
+//   remote sources  (s3://, gs://, http(s)://) into staging memory that the
+//                   load consumes through env(): a load given that Env reads
+//                   staged bytes from memory (waiting for a block still in
+//                   flight instead of asking the server twice) and the rest
+//                   from the source; each staged block is freed once every
+//                   byte of it was read
+//
+// Which bytes: every tensor that load_files() would plan for the same files
+// with the same `select` and `local_experts` (the expert filter: other
+// ranks' experts are never read), in the load's stream order (files as
+// given, each file's tensors by offset). With world_size > 1, this rank's
+// 1/world_size of those bytes (a contiguous slice of that order): the ranks
+// of one host then warm the shared page cache once in total.
+//
+// Bounds: local files, at most `max_memory` bytes brought into the page
+// cache (0: half of the available RAM; the rest is read by the load as
+// before); remote sources, at most `max_memory` bytes staged and not yet
+// consumed at once (0: a quarter of the available RAM), the job waiting for
+// the load to consume blocks before it stages more.
+//
+// Failures never fail the later load: a file the job cannot open or read is
+// left to the load, which reads it from the source and reports its own
+// error; status() says what the job met.
+// Threading: start() returns at once (planning runs on the job's thread);
+// every method may be called from any thread; env() is thread-safe and
+// must not outlive the ReadAhead.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "weightlift/io.h"
+#include "weightlift/status.h"
+#include "weightlift/system.h"
+
+namespace wl {
+
+struct ReadAheadOptions {
+  Env* env = Env::Default();
+  SystemInfo* system = SystemInfo::Default();
+  int threads = 0;          // 0: 4 for local files, 16 connections for remote sources
+  uint64_t block_size = 0;  // bytes per read; 0: 8 MiB
+  uint64_t max_memory = 0;  // see "Bounds" above
+  int rank = 0, world_size = 1;
+  std::optional<std::set<int64_t>> local_experts;     // as LoadOptions::local_experts
+  std::function<bool(std::string_view name)> select;  // as LoadOptions::select
+};
+
+struct ReadAheadProgress {
+  uint64_t bytes_planned = 0;   // this rank's share of the tensors' bytes (0 until planned)
+  uint64_t bytes_cached = 0;    // of them, local bytes already in the page cache when the job reached them
+  uint64_t bytes_read = 0;      // read by the job so far (page cache filled, or staged)
+  uint64_t bytes_capped = 0;    // left to the load by the memory bound
+  uint64_t bytes_consumed = 0;  // remote: staged bytes the load has taken through env()
+  bool planned = false, done = false;
+  bool remote = false;
+  double seconds = 0;  // from start() to done (or to now)
+};
+
+class ReadAhead {
+ public:
+  // Starts the job; kInvalidArgument for bad options (no files, threads < 0,
+  // a rank outside [0, world_size), a block size over 1 GiB).
+  static Result<std::unique_ptr<ReadAhead>> start(std::vector<std::string> files, ReadAheadOptions options);
+  // Stops the job (between blocks), joins it and frees what is staged.
+  ~ReadAhead();
+  ReadAhead(const ReadAhead&) = delete;
+  ReadAhead& operator=(const ReadAhead&) = delete;
+
+  ReadAheadProgress progress() const;
+  // Waits until the job has ended; what it met (OK, or the first failure:
+  // the load reads those bytes itself).
+  Status wait();
+  // Stops reading ahead (blocks already staged stay served); returns at once.
+  void stop();
+  // The Env a load passes as LoadOptions::env: staged bytes from memory,
+  // everything else forwarded to options.env. For local files it forwards
+  // everything (the page cache serves them).
+  Env* env();
+
+  struct State;
+
+ private:
+  explicit ReadAhead(std::shared_ptr<State> s) : s_(std::move(s)) {}
+  std::shared_ptr<State> s_;
+};
+
+}  // namespace wl

@@ -1,0 +1,460 @@
+// The read-ahead job (read_ahead.h): plan the load's tensors as load_files()
+// would, lay their byte ranges end to end in the load's stream order, keep
+// this rank's slice, cut it into blocks and read the blocks on N threads:
+// local files into the page cache, remote ones into staging buffers served
+// by StagedEnv.
+#include "weightlift/read_ahead.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "engine/plan.h"
+#include "weightlift/load_options.h"
+#include "weightlift/tensor.h"
+
+namespace wl {
+
+namespace {
+
+constexpr uint64_t kDefaultBlock = uint64_t{8} << 20;
+constexpr int kLocalThreads = 4;
+constexpr int kRemoteThreads = 16;
+// Ranges closer than this are read as one (alignment padding between
+// tensors); a skipped tensor (another rank's expert) is never read.
+constexpr uint64_t kMergeGap = 4096;
+
+using Clock = std::chrono::steady_clock;
+
+enum class BlockState : uint8_t { kPending, kInFlight, kStaged, kSkipped };
+
+struct Block {
+  size_t file = 0;
+  uint64_t offset = 0, len = 0;
+  BlockState state = BlockState::kPending;
+  Buffer data;            // remote: the staged bytes until consumed
+  uint64_t consumed = 0;  // remote: bytes the load has taken
+};
+
+struct Range {
+  uint64_t offset, len;
+};
+
+}  // namespace
+
+struct ReadAhead::State {
+  std::vector<std::string> files;
+  ReadAheadOptions o;
+  Clock::time_point t0 = Clock::now();
+  std::atomic<double> seconds{-1};
+  std::atomic<bool> stop{false};
+  std::thread job;
+
+  std::mutex mu;  // guards everything below
+  std::condition_variable cv;
+  std::vector<Block> blocks;                     // stream order
+  std::vector<std::vector<size_t>> file_blocks;  // per file: block indices by offset
+  std::vector<std::string> versions;             // per file: the version planned
+  std::vector<int8_t> cached_;                   // local, per file: -1 not opened yet, 1 mostly cached at first open
+  uint64_t staged_bytes = 0, staged_cap = 0;
+  ReadAheadProgress p;
+  Status status;
+  std::unique_ptr<Env> env;
+
+  void fail(Status s) {
+    std::lock_guard lk(mu);
+    if (status.ok()) status = std::move(s);
+  }
+  Status plan();
+  void read_blocks();
+  void read_local(size_t bi, std::vector<std::shared_ptr<RandomAccessFile>>& open);
+  void read_remote(size_t bi, std::vector<std::shared_ptr<RandomAccessFile>>& open);
+  Result<std::shared_ptr<RandomAccessFile>> open_file(size_t fi, std::vector<std::shared_ptr<RandomAccessFile>>& open,
+                                                      FileMode mode);
+  // Remote: bytes [off, off+dst.size()) of file fi from staging where staged
+  // (waiting for blocks in flight); the gaps are left to `fill` (read from
+  // the source). Returns the status of the first failed fill.
+  Status serve(size_t fi, uint64_t off, std::span<std::byte> dst,
+               const std::function<Status(uint64_t, std::span<std::byte>)>& fill);
+  // Remote: whether any block overlapping [off, off+n) is staged or in
+  // flight; when none is, the pending ones are claimed (the load reads them
+  // from the source, the job no longer will).
+  bool any_staged(size_t fi, uint64_t off, uint64_t n);
+  // The file's index when a load opening `path` at `version` may be served
+  // staged bytes (remote, planned, same version); SIZE_MAX otherwise.
+  size_t file_index(const std::string& path, const std::string& version);
+};
+
+namespace {
+
+// The tensors' byte ranges of one planned file, by offset, neighbours merged;
+// a tensor without contiguous storage (a PyTorch file's strided view) takes
+// the whole file.
+Result<std::vector<Range>> ranges_of(const engine::Plan& plan, const engine::PlanFile& pf, Env* env) {
+  std::vector<Range> rs;
+  for (size_t ti : pf.tensors) {
+    const auto& t = plan.tensors[ti];
+    if (!t.file_offset) {
+      WL_ASSIGN_OR_RETURN(uint64_t size, env->file_size(pf.path));
+      return std::vector<Range>{{0, size}};
+    }
+    if (t.full_nbytes > 0) rs.push_back({*t.file_offset, t.full_nbytes});
+  }
+  std::sort(rs.begin(), rs.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
+  std::vector<Range> merged;
+  for (const Range& r : rs) {
+    if (!merged.empty() && r.offset <= merged.back().offset + merged.back().len + kMergeGap) {
+      uint64_t end = std::max(merged.back().offset + merged.back().len, r.offset + r.len);
+      merged.back().len = end - merged.back().offset;
+    } else {
+      merged.push_back(r);
+    }
+  }
+  return merged;
+}
+
+// A file whose staged blocks a load reads from memory.
+class StagedFile final : public RandomAccessFile {
+ public:
+  StagedFile(std::shared_ptr<RandomAccessFile> base, ReadAhead::State* s, size_t fi)
+      : base_(std::move(base)), s_(s), fi_(fi) {}
+  const std::string& path() const override { return base_->path(); }
+  uint64_t size() const override { return base_->size(); }
+  Status read_at(uint64_t offset, std::span<std::byte> dst) const override {
+    return s_->serve(fi_, offset, dst, [this](uint64_t off, std::span<std::byte> d) { return base_->read_at(off, d); });
+  }
+  Status read_scatter_at(uint64_t offset, std::span<const std::span<std::byte>> parts) const override {
+    // Nothing of it staged: one request to the source, as without staging;
+    // otherwise part by part, staged bytes from memory.
+    uint64_t total = 0;
+    for (auto& p : parts) total += p.size();
+    if (!s_->any_staged(fi_, offset, total)) return base_->read_scatter_at(offset, parts);
+    for (auto& p : parts) {
+      WL_RETURN_IF_ERROR(read_at(offset, p));
+      offset += p.size();
+    }
+    return Status();
+  }
+  Result<std::span<const std::byte>> view(uint64_t offset, uint64_t n) const override { return base_->view(offset, n); }
+  size_t alignment() const override { return base_->alignment(); }
+  void advise(uint64_t offset, uint64_t n, Advice advice) const override { base_->advise(offset, n, advice); }
+  std::string version() const override { return base_->version(); }
+  double cached_fraction() const override { return base_->cached_fraction(); }
+  bool is_remote() const override { return base_->is_remote(); }
+
+ private:
+  std::shared_ptr<RandomAccessFile> base_;
+  ReadAhead::State* s_;
+  size_t fi_;
+};
+
+class StagedEnv final : public EnvWrapper {
+ public:
+  StagedEnv(Env* target, ReadAhead::State* s) : EnvWrapper(target), s_(s) {}
+  Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& o) override {
+    WL_ASSIGN_OR_RETURN(auto f, target()->open(path, o));
+    size_t fi = s_->file_index(path, f->version());
+    if (fi == SIZE_MAX) return f;
+    return std::shared_ptr<RandomAccessFile>(std::make_shared<StagedFile>(std::move(f), s_, fi));
+  }
+
+ private:
+  ReadAhead::State* s_;
+};
+
+}  // namespace
+
+// ---- planning ----------------------------------------------------------------------------------
+
+Status ReadAhead::State::plan() {
+  LoadOptions lo;
+  lo.env = o.env;
+  lo.system = o.system;
+  lo.local_experts = o.local_experts;
+  lo.select = o.select;
+  WL_ASSIGN_OR_RETURN(engine::Plan plan, engine::make_plan(files, lo));
+  // The stream: each file's ranges in file order, laid end to end.
+  std::vector<std::pair<size_t, Range>> stream;
+  uint64_t total = 0;
+  for (size_t fi = 0; fi < plan.files.size(); ++fi) {
+    WL_ASSIGN_OR_RETURN(auto rs, ranges_of(plan, plan.files[fi], o.env));
+    for (const Range& r : rs) stream.push_back({fi, r}), total += r.len;
+  }
+  // This rank's slice of it, then blocks.
+  const auto W = static_cast<uint64_t>(o.world_size), R = static_cast<uint64_t>(o.rank);
+  const uint64_t lo_pos = total / W * R + std::min(R, total % W);
+  const uint64_t hi_pos = lo_pos + total / W + (R < total % W ? 1 : 0);
+  const uint64_t block = o.block_size ? o.block_size : kDefaultBlock;
+  const bool remote = !files.empty() && is_url(files[0]);
+  uint64_t avail = 0;
+  if (auto a = available_ram_bytes(o.system); a.ok()) avail = *a;
+  const uint64_t cap = o.max_memory ? o.max_memory : (remote ? avail / 4 : avail / 2);
+  std::vector<Block> bs;
+  std::vector<std::vector<size_t>> per_file(plan.files.size());
+  uint64_t pos = 0, planned = 0, capped = 0;
+  for (auto& [fi, r] : stream) {
+    const uint64_t a = std::max(pos, lo_pos), b = std::min(pos + r.len, hi_pos);
+    for (uint64_t x = a; x < b; x += block) {
+      Block bl;
+      bl.file = fi;
+      bl.offset = r.offset + (x - pos);
+      bl.len = std::min(block, b - x);
+      planned += bl.len;
+      if (!remote && planned > cap) {  // local: what would overflow the page-cache bound is left to the load
+        capped += bl.len;
+        continue;
+      }
+      per_file[fi].push_back(bs.size());
+      bs.push_back(std::move(bl));
+    }
+    pos += r.len;
+  }
+  std::lock_guard lk(mu);
+  blocks = std::move(bs);
+  file_blocks = std::move(per_file);
+  for (auto& idx : file_blocks)
+    std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return blocks[x].offset < blocks[y].offset; });
+  versions.resize(plan.files.size());
+  cached_.assign(plan.files.size(), -1);
+  for (size_t fi = 0; fi < plan.files.size(); ++fi) versions[fi] = plan.files[fi].version;
+  staged_cap = std::max(cap, block);
+  p.bytes_planned = planned;
+  p.bytes_capped = capped;
+  p.remote = remote;
+  p.planned = true;
+  cv.notify_all();
+  return Status();
+}
+
+// ---- reading -----------------------------------------------------------------------------------
+
+Result<std::shared_ptr<RandomAccessFile>> ReadAhead::State::open_file(
+    size_t fi, std::vector<std::shared_ptr<RandomAccessFile>>& open, FileMode mode) {
+  if (open.size() <= fi) open.resize(fi + 1);
+  if (open[fi]) return open[fi];
+  WL_ASSIGN_OR_RETURN(auto f, o.env->open(files[fi], {.mode = mode, .expect_version = versions[fi]}));
+  open[fi] = f;
+  return f;
+}
+
+void ReadAhead::State::read_local(size_t bi, std::vector<std::shared_ptr<RandomAccessFile>>& open) {
+  size_t fi;
+  uint64_t off, len;
+  {
+    std::lock_guard lk(mu);
+    fi = blocks[bi].file, off = blocks[bi].offset, len = blocks[bi].len;
+  }
+  auto f = open_file(fi, open, FileMode::kMmap);
+  if (!f.ok()) return fail(f.status());
+  bool cached;
+  {
+    // Decided once per file, before the job's own reads change the answer.
+    std::lock_guard lk(mu);
+    if (cached_[fi] < 0) cached_[fi] = (*f)->mostly_cached() ? 1 : 0;
+    cached = cached_[fi] == 1;
+  }
+  if (!cached) {
+    // Pages faulted in (read from disk into the page cache) and unmapped
+    // again: the page cache keeps them, this process holds nothing.
+    (*f)->advise(off, len, Advice::kPopulate);
+    (*f)->advise(off, len, Advice::kRelease);
+  }
+  std::lock_guard lk(mu);
+  blocks[bi].state = BlockState::kStaged;
+  (cached ? p.bytes_cached : p.bytes_read) += len;
+}
+
+void ReadAhead::State::read_remote(size_t bi, std::vector<std::shared_ptr<RandomAccessFile>>& open) {
+  size_t fi;
+  uint64_t off, len;
+  {
+    std::unique_lock lk(mu);
+    // The bound: wait until the load has consumed enough of what is staged.
+    cv.wait(lk, [&] {
+      return stop.load() || blocks[bi].state != BlockState::kPending || staged_bytes + blocks[bi].len <= staged_cap;
+    });
+    if (blocks[bi].state != BlockState::kPending || stop.load()) {
+      if (blocks[bi].state == BlockState::kPending) blocks[bi].state = BlockState::kSkipped;
+      cv.notify_all();
+      return;
+    }
+    blocks[bi].state = BlockState::kInFlight;
+    staged_bytes += blocks[bi].len;
+    fi = blocks[bi].file, off = blocks[bi].offset, len = blocks[bi].len;
+  }
+  Status st;
+  Buffer buf;
+  auto f = open_file(fi, open, FileMode::kPread);
+  if (!f.ok()) {
+    st = f.status();
+  } else if (auto b = Buffer::allocate(static_cast<size_t>(len), 4096); !b.ok()) {
+    st = b.status();
+  } else {
+    buf = std::move(*b);
+    st = (*f)->read_at(off, buf.span());
+  }
+  std::lock_guard lk(mu);
+  Block& bl = blocks[bi];
+  if (st.ok()) {
+    bl.data = std::move(buf);
+    bl.state = BlockState::kStaged;
+    p.bytes_read += len;
+  } else {
+    bl.state = BlockState::kSkipped;  // the load reads it from the source
+    staged_bytes -= len;
+    if (status.ok()) status = st;
+  }
+  cv.notify_all();
+}
+
+void ReadAhead::State::read_blocks() {
+  const bool remote = p.remote;
+  const int n = o.threads ? o.threads : (remote ? kRemoteThreads : kLocalThreads);
+  std::atomic<size_t> next{0};
+  const size_t count = blocks.size();
+  auto worker = [&] {
+    std::vector<std::shared_ptr<RandomAccessFile>> open;
+    while (!stop.load()) {
+      size_t bi = next.fetch_add(1);
+      if (bi >= count) return;
+      remote ? read_remote(bi, open) : read_local(bi, open);
+    }
+  };
+  std::vector<std::thread> ts;
+  for (int t = 0; t < std::min<int>(n, static_cast<int>(std::max<size_t>(count, 1))); ++t) ts.emplace_back(worker);
+  for (auto& t : ts) t.join();
+  std::lock_guard lk(mu);
+  for (auto& b : blocks)
+    if (b.state == BlockState::kPending) b.state = BlockState::kSkipped;
+  cv.notify_all();
+}
+
+// ---- serving staged bytes ------------------------------------------------------------------------
+
+Status ReadAhead::State::serve(size_t fi, uint64_t off, std::span<std::byte> dst,
+                               const std::function<Status(uint64_t, std::span<std::byte>)>& fill) {
+  uint64_t pos = off;
+  const uint64_t end = off + dst.size();
+  while (pos < end) {
+    std::unique_lock lk(mu);
+    const auto& idx = file_blocks[fi];
+    // The block holding pos, if any (blocks of a file do not overlap).
+    auto it =
+        std::upper_bound(idx.begin(), idx.end(), pos, [&](uint64_t x, size_t bi) { return x < blocks[bi].offset; });
+    Block* bl = nullptr;
+    if (it != idx.begin() && pos < blocks[*(it - 1)].offset + blocks[*(it - 1)].len) bl = &blocks[*(it - 1)];
+    if (bl) cv.wait(lk, [&] { return bl->state != BlockState::kInFlight; });
+    if (bl && bl->state == BlockState::kStaged && bl->data.size() > 0) {
+      const uint64_t n = std::min(end, bl->offset + bl->len) - pos;
+      std::memcpy(dst.data() + (pos - off), bl->data.data() + (pos - bl->offset), n);
+      bl->consumed += n;
+      p.bytes_consumed += n;
+      if (bl->consumed >= bl->len) {  // every byte taken: the memory goes back
+        staged_bytes -= bl->len;
+        bl->data = Buffer();
+        cv.notify_all();
+      }
+      pos += n;
+      continue;
+    }
+    // A gap up to the next staged block (or the end): from the source. A
+    // block the job has not reached is the load's now (never read twice).
+    if (bl && bl->state == BlockState::kPending) bl->state = BlockState::kSkipped;
+    uint64_t gap_end = end;
+    if (bl) {
+      gap_end = std::min(end, bl->offset + bl->len);
+    } else if (it != idx.end()) {
+      gap_end = std::min(end, blocks[*it].offset);
+    }
+    lk.unlock();
+    WL_RETURN_IF_ERROR(fill(pos, dst.subspan(static_cast<size_t>(pos - off), static_cast<size_t>(gap_end - pos))));
+    pos = gap_end;
+  }
+  return Status();
+}
+
+bool ReadAhead::State::any_staged(size_t fi, uint64_t off, uint64_t n) {
+  std::lock_guard lk(mu);
+  std::vector<size_t> pending;
+  for (size_t bi : file_blocks[fi]) {
+    const Block& b = blocks[bi];
+    if (b.offset >= off + n || b.offset + b.len <= off) continue;
+    if (b.state == BlockState::kInFlight || (b.state == BlockState::kStaged && b.data.size() > 0)) return true;
+    if (b.state == BlockState::kPending) pending.push_back(bi);
+  }
+  for (size_t bi : pending) blocks[bi].state = BlockState::kSkipped;
+  return false;
+}
+
+size_t ReadAhead::State::file_index(const std::string& path, const std::string& version) {
+  std::unique_lock lk(mu);
+  cv.wait(lk, [&] { return p.planned || p.done; });
+  if (!p.remote) return SIZE_MAX;
+  for (size_t fi = 0; fi < files.size() && fi < versions.size(); ++fi)
+    if (files[fi] == path) return versions[fi] == version && !version.empty() ? fi : SIZE_MAX;
+  return SIZE_MAX;
+}
+
+// ---- the face ----------------------------------------------------------------------------------
+
+Result<std::unique_ptr<ReadAhead>> ReadAhead::start(std::vector<std::string> files, ReadAheadOptions options) {
+  if (files.empty()) return Status::InvalidArgument("read-ahead: no files");
+  if (options.env == nullptr) return Status::InvalidArgument("read-ahead: no Env");
+  if (options.threads < 0) return Status::InvalidArgument(fmt::format("read-ahead: threads {} < 0", options.threads));
+  if (options.block_size > (uint64_t{1} << 30)) return Status::InvalidArgument("read-ahead: block size above 1 GiB");
+  if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size)
+    return Status::InvalidArgument(
+        fmt::format("read-ahead: rank {} is outside [0, {})", options.rank, options.world_size));
+  auto s = std::make_shared<State>();
+  s->files = std::move(files);
+  s->o = std::move(options);
+  s->env = std::make_unique<StagedEnv>(s->o.env, s.get());
+  s->job = std::thread([st = s.get()] {
+    Status planned = st->plan();
+    if (!planned.ok()) {
+      st->fail(std::move(planned));
+    } else {
+      st->read_blocks();
+    }
+    st->seconds.store(std::chrono::duration<double>(Clock::now() - st->t0).count());
+    std::lock_guard lk(st->mu);
+    st->p.done = true;
+    st->cv.notify_all();
+  });
+  return std::unique_ptr<ReadAhead>(new ReadAhead(std::move(s)));
+}
+
+ReadAhead::~ReadAhead() {
+  stop();
+  if (s_->job.joinable()) s_->job.join();
+}
+
+void ReadAhead::stop() {
+  s_->stop.store(true);
+  std::lock_guard lk(s_->mu);
+  s_->cv.notify_all();
+}
+
+Status ReadAhead::wait() {
+  std::unique_lock lk(s_->mu);
+  s_->cv.wait(lk, [&] { return s_->p.done; });
+  return s_->status;
+}
+
+ReadAheadProgress ReadAhead::progress() const {
+  std::lock_guard lk(s_->mu);
+  ReadAheadProgress p = s_->p;
+  double sec = s_->seconds.load();
+  p.seconds = sec >= 0 ? sec : std::chrono::duration<double>(Clock::now() - s_->t0).count();
+  return p;
+}
+
+Env* ReadAhead::env() { return s_->env.get(); }
+
+}  // namespace wl

@@ -1,0 +1,354 @@
+// The read-ahead job (read_ahead.h): which bytes it reads (the load's
+// tensors, the expert filter, this rank's slice, the memory bound), that a
+// cached file is left alone, that a load of a remote source reads the staged
+// bytes from memory and never asks the source twice, and its failures.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <map>
+#include <thread>
+
+#include "engine_test_util.h"
+#include "gpu/fake.h"
+#include "test_util.h"
+#include "weightlift/gpu.h"
+#include "weightlift/read_ahead.h"
+
+namespace wl {
+namespace {
+
+using testing::CountingEnv;
+using testing::load_all;
+using testing::make_f32;
+using testing::TempDir;
+using testing::write_st;
+
+constexpr uint64_t kMiB = uint64_t{1} << 20;
+
+// Two files: a layer's weights (one of them an expert's) and a head.
+std::vector<std::string> two_files(const TempDir& dir) {
+  write_st(dir.file("a.safetensors"),
+           {{"model.layers.0.attn.weight", make_f32({512, 1024}, 1)},                  // 2 MiB
+            {"model.layers.0.mlp.experts.3.up_proj.weight", make_f32({512, 512}, 2)},  // 1 MiB
+            {"model.norm.weight", make_f32({1024}, 3)}});
+  write_st(dir.file("b.safetensors"), {{"lm_head.weight", make_f32({1024, 1024}, 4)}});  // 4 MiB
+  return {dir.file("a.safetensors"), dir.file("b.safetensors")};
+}
+
+// Bytes the job paged in (the planner's header reads, at offsets 0 and 8, left out).
+uint64_t populated(const CountingEnv& env, const std::string& path = "") {
+  uint64_t n = 0;
+  for (auto& r : env.reads())
+    if ((path.empty() || r.path == path) && r.offset > 8) n += r.len;
+  return n;
+}
+
+TEST(ReadAhead, ColdLocalFilesArePagedInTensorByTensorInTheLoadsOrder) {
+  TempDir dir;
+  auto files = two_files(dir);
+  CountingEnv env;
+  env.cached = 0.0;  // every file reads as cold
+  ReadAheadOptions o;
+  o.env = &env;
+  o.block_size = kMiB;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok()) << ra.status().to_string();
+  ASSERT_TRUE((*ra)->wait().ok());
+  ReadAheadProgress p = (*ra)->progress();
+  const uint64_t tensors = (2 + 1 + 4) * kMiB + 4096;
+  EXPECT_TRUE(p.done && p.planned && !p.remote);
+  EXPECT_EQ(p.bytes_planned, tensors);
+  EXPECT_EQ(p.bytes_read, tensors);
+  EXPECT_EQ(p.bytes_cached, 0u);
+  EXPECT_EQ(populated(env), tensors);  // the tensors' bytes, once each; nothing else
+  EXPECT_EQ(populated(env, files[1]), 4 * kMiB);
+}
+
+TEST(ReadAhead, OtherRanksExpertsAreNeverRead) {
+  TempDir dir;
+  auto files = two_files(dir);
+  CountingEnv env;
+  env.cached = 0.0;
+  ReadAheadOptions o;
+  o.env = &env;
+  o.local_experts = std::set<int64_t>{0, 1};  // expert 3 is another rank's
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  ASSERT_TRUE((*ra)->wait().ok());
+  EXPECT_EQ((*ra)->progress().bytes_planned, (2 + 4) * kMiB + 4096);
+  EXPECT_EQ(populated(env), (2 + 4) * kMiB + 4096);
+}
+
+TEST(ReadAhead, CachedFilesAreLeftAlone) {
+  TempDir dir;
+  auto files = two_files(dir);
+  CountingEnv env;
+  env.cached = 1.0;
+  ReadAheadOptions o;
+  o.env = &env;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  ASSERT_TRUE((*ra)->wait().ok());
+  ReadAheadProgress p = (*ra)->progress();
+  EXPECT_EQ(p.bytes_cached, p.bytes_planned);
+  EXPECT_EQ(p.bytes_read, 0u);
+  EXPECT_EQ(populated(env), 0u);
+}
+
+TEST(ReadAhead, TheRanksOfAHostReadDisjointSlicesThatCoverEverything) {
+  TempDir dir;
+  auto files = two_files(dir);
+  const uint64_t tensors = (2 + 1 + 4) * kMiB + 4096;
+  std::map<std::pair<std::string, uint64_t>, int> seen;
+  uint64_t sum = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    CountingEnv env;
+    env.cached = 0.0;
+    ReadAheadOptions o;
+    o.env = &env;
+    o.block_size = 256 << 10;
+    o.rank = rank, o.world_size = 3;
+    auto ra = ReadAhead::start(files, o);
+    ASSERT_TRUE(ra.ok());
+    ASSERT_TRUE((*ra)->wait().ok());
+    const uint64_t mine = (*ra)->progress().bytes_read;
+    EXPECT_NEAR(static_cast<double>(mine), tensors / 3.0, 1.0) << "rank " << rank;
+    sum += mine;
+    for (auto& r : env.reads())
+      if (r.offset > 8) seen[{r.path, r.offset}]++;
+  }
+  EXPECT_EQ(sum, tensors);
+  for (auto& [where, n] : seen) EXPECT_EQ(n, 1) << where.first << " @" << where.second;
+}
+
+TEST(ReadAhead, TheMemoryBoundLeavesTheRestToTheLoad) {
+  TempDir dir;
+  auto files = two_files(dir);
+  CountingEnv env;
+  env.cached = 0.0;
+  ReadAheadOptions o;
+  o.env = &env;
+  o.block_size = kMiB;
+  o.max_memory = 3 * kMiB;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  ASSERT_TRUE((*ra)->wait().ok());
+  ReadAheadProgress p = (*ra)->progress();
+  EXPECT_EQ(p.bytes_read, 3 * kMiB);
+  EXPECT_EQ(p.bytes_capped, p.bytes_planned - 3 * kMiB);
+  EXPECT_LE(populated(env), 3 * kMiB);
+}
+
+// ---- remote sources: staging -------------------------------------------------------------------
+
+// "s3://fake/NAME" served from a local folder as a remote source would be
+// (no mapping; every byte a counted read).
+class FakeRemote final : public EnvWrapper {
+ public:
+  explicit FakeRemote(std::string dir) : EnvWrapper(local_env()), dir_(std::move(dir)) {}
+  static constexpr std::string_view kPrefix = "s3://fake/";
+  std::string local(const std::string& url) const { return dir_ + "/" + url.substr(kPrefix.size()); }
+  Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& o) override;
+  Result<uint64_t> file_size(const std::string& path) override { return target()->file_size(local(path)); }
+  bool exists(const std::string& path) override { return target()->exists(local(path)); }
+  std::atomic<uint64_t> bytes{0}, requests{0};
+  std::atomic<int> delay_ms{0};
+
+ private:
+  std::string dir_;
+};
+
+class FakeRemoteFile final : public RandomAccessFile {
+ public:
+  FakeRemoteFile(std::string url, std::shared_ptr<RandomAccessFile> f, FakeRemote* env)
+      : url_(std::move(url)), f_(std::move(f)), env_(env) {}
+  const std::string& path() const override { return url_; }
+  uint64_t size() const override { return f_->size(); }
+  Status read_at(uint64_t offset, std::span<std::byte> dst) const override {
+    env_->bytes += dst.size();
+    env_->requests++;
+    if (env_->delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(env_->delay_ms.load()));
+    return f_->read_at(offset, dst);
+  }
+  std::string version() const override { return f_->version(); }
+  bool is_remote() const override { return true; }
+
+ private:
+  std::string url_;
+  std::shared_ptr<RandomAccessFile> f_;
+  FakeRemote* env_;
+};
+
+Result<std::shared_ptr<RandomAccessFile>> FakeRemote::open(const std::string& path, const OpenOptions& o) {
+  OpenOptions lo = o;
+  lo.mode = FileMode::kPread;
+  WL_ASSIGN_OR_RETURN(auto f, target()->open(local(path), lo));
+  return std::shared_ptr<RandomAccessFile>(std::make_shared<FakeRemoteFile>(path, std::move(f), this));
+}
+
+std::vector<std::string> urls(const std::vector<std::string>& files) {
+  std::vector<std::string> out;
+  for (auto& f : files) out.push_back(std::string(FakeRemote::kPrefix) + f.substr(f.rfind('/') + 1));
+  return out;
+}
+
+TEST(ReadAhead, ARemoteLoadReadsTheStagedBytesFromMemory) {
+  TempDir dir;
+  auto local = two_files(dir);
+  auto files = urls(local);
+  FakeRemote remote(dir.path());
+  LoadOptions plain;
+  plain.strategy = Strategy::kStream;
+  plain.env = &remote;
+  auto want = load_all(files, plain);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+
+  ReadAheadOptions o;
+  o.env = &remote;
+  o.block_size = kMiB;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  ASSERT_TRUE((*ra)->wait().ok());
+  ReadAheadProgress p = (*ra)->progress();
+  EXPECT_TRUE(p.remote);
+  EXPECT_EQ(p.bytes_read, p.bytes_planned);
+  const uint64_t before = remote.bytes;
+  LoadOptions lo = plain;
+  lo.env = (*ra)->env();
+  auto got = load_all(files, lo);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, *want);
+  // Only the headers again (the planner's reads); no tensor byte.
+  EXPECT_LT(remote.bytes - before, 64u << 10);
+  EXPECT_EQ((*ra)->progress().bytes_consumed, p.bytes_planned);
+}
+
+TEST(ReadAhead, ALoadRacingTheJobUnderATightBoundReadsEachByteOnce) {
+  TempDir dir;
+  auto local = two_files(dir);
+  auto files = urls(local);
+  FakeRemote remote(dir.path());
+  LoadOptions plain;
+  plain.strategy = Strategy::kStream;
+  plain.env = &remote;
+  plain.block_size = 512 << 10;
+  auto want = load_all(files, plain);
+  ASSERT_TRUE(want.ok());
+  const uint64_t one_load = remote.bytes;
+  remote.bytes = 0;
+  remote.delay_ms = 2;
+  ReadAheadOptions o;
+  o.env = &remote;
+  o.block_size = 512 << 10;
+  o.max_memory = kMiB;  // two blocks staged at most: the job waits for the load
+  o.threads = 2;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  LoadOptions lo = plain;
+  lo.env = (*ra)->env();
+  auto got = load_all(files, lo);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, *want);
+  (*ra)->stop();
+  ASSERT_TRUE((*ra)->wait().ok());
+  // Headers twice (the job's plan and the load's), every tensor byte once,
+  // by the job or by the load.
+  EXPECT_LE(remote.bytes, one_load + (64u << 10));
+}
+
+TEST(ReadAhead, DroppedWhileItWaitsForTheLoadItStops) {
+  TempDir dir;
+  auto files = urls(two_files(dir));
+  FakeRemote remote(dir.path());
+  ReadAheadOptions o;
+  o.env = &remote;
+  o.block_size = 256 << 10;
+  o.max_memory = 256 << 10;  // one block, never consumed
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  while (!(*ra)->progress().planned) std::this_thread::yield();
+  ra->reset();  // returns: the waiting workers are woken and joined
+  SUCCEED();
+}
+
+// ---- device loads: host reads ahead, device copies only in the load ---------------------------------
+
+// What vLLM's GPU worker does: the read-ahead runs while the model is built
+// (no device memory exists yet); the load then copies into device memory
+// through the pinned ring. On the fake backend: nothing reaches the device
+// before the load, and the load's copies come from the staging (remote) or
+// the page cache (local) without asking the source again.
+TEST(ReadAheadDevice, HostReadsAheadAndDeviceCopiesOnlyInTheLoad) {
+  gpu::fake::install();
+  ASSERT_TRUE(gpu::set_ring_options({4, 64 << 10, 2}).ok());
+  {
+    TempDir dir;
+    auto files = urls(two_files(dir));
+    FakeRemote remote(dir.path());
+    LoadOptions plain;
+    plain.strategy = Strategy::kStream;
+    plain.env = &remote;
+    auto want = load_all(files, plain);
+    ASSERT_TRUE(want.ok());
+    ReadAheadOptions o;
+    o.env = &remote;
+    auto ra = ReadAhead::start(files, o);
+    ASSERT_TRUE(ra.ok());
+    ASSERT_TRUE((*ra)->wait().ok());
+    EXPECT_EQ(gpu::fake::stats().async_copies.load(), 0u);  // the job never touches a device
+    EXPECT_EQ(gpu::fake::stats().device_allocs.load(), 0u);
+    const uint64_t before = remote.bytes;
+    auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+    ASSERT_TRUE(dest.ok()) << dest.status().to_string();
+    LoadOptions lo = plain;
+    lo.env = (*ra)->env();
+    lo.destination = dest->get();
+    std::map<std::string, std::string> got;
+    auto r = load_files(files, lo, [&](LoadedTensor&& t) -> Status {
+      std::string bytes(t.view.nbytes(), '\0');
+      WL_RETURN_IF_ERROR(gpu::copy_to_host(t.view, std::as_writable_bytes(std::span(bytes.data(), bytes.size()))));
+      got[t.name] = std::move(bytes);
+      return Status();
+    });
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(got, *want);
+    EXPECT_GT(gpu::fake::stats().async_copies.load(), 0u);
+    EXPECT_LT(remote.bytes - before, 64u << 10);  // headers only: the tensors came from the staging
+  }
+  gpu::fake::uninstall();
+}
+
+// ---- failures ----------------------------------------------------------------------------------
+
+TEST(ReadAhead, BadOptionsAreInvalidArguments) {
+  EXPECT_EQ(ReadAhead::start({}, {}).status().code(), Code::kInvalidArgument);
+  ReadAheadOptions o;
+  o.rank = 2, o.world_size = 2;
+  auto r = ReadAhead::start({"x.safetensors"}, o);
+  EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("rank 2 is outside [0, 2)"), std::string::npos) << r.status().to_string();
+  o = {};
+  o.threads = -1;
+  EXPECT_EQ(ReadAhead::start({"x.safetensors"}, o).status().code(), Code::kInvalidArgument);
+  o = {};
+  o.block_size = uint64_t{2} << 30;
+  EXPECT_EQ(ReadAhead::start({"x.safetensors"}, o).status().code(), Code::kInvalidArgument);
+}
+
+TEST(ReadAhead, AMissingOrCorruptFileIsReportedNotThrown) {
+  TempDir dir;
+  testing::write_bytes(dir.file("bad.safetensors"), std::string("\xff\xff\xff\xff\xff\xff\xff\x7f{", 9));
+  for (const std::string& f : {dir.file("missing.safetensors"), dir.file("bad.safetensors")}) {
+    auto ra = ReadAhead::start({f}, {});
+    ASSERT_TRUE(ra.ok());
+    Status s = (*ra)->wait();
+    EXPECT_FALSE(s.ok());
+    EXPECT_NE(s.to_string().find(f), std::string::npos) << s.to_string();
+    EXPECT_TRUE((*ra)->progress().done);
+    EXPECT_EQ((*ra)->progress().bytes_read, 0u);
+  }
+}
+
+}  // namespace
+}  // namespace wl
