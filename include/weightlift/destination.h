@@ -160,8 +160,40 @@ class Destination {
 // backed when large), or, after reserve(), one arena per load.
 std::unique_ptr<Destination> host_destination();
 // The caller's memory: `fn` returns a region of exactly request.nbytes on
-// `device` (kCuda regions need `uploader`, e.g. gpu::uploader()).
+// `device` (kCuda regions need `uploader`, e.g. gpu::uploader()). Host
+// regions are advised for transparent huge pages (their 2 MiB-aligned
+// interior, MADV_HUGEPAGE) before the engine writes them: fresh memory is
+// then faulted in 2 MiB at a time (WEIGHTLIFT_CALLER_HUGE_PAGES=0: not
+// advised, the A/B of bench/vllm).
 using RegionFn = std::function<Result<Region>(const TensorRequest&)>;
 std::unique_ptr<Destination> caller_destination(RegionFn fn, Device device = kCpu, Uploader* uploader = nullptr);
+
+// First touch of the caller's host memory moved ahead of the load that will
+// fill it: while the caller allocates that memory (vLLM builds the model,
+// allocating every parameter and touching none), each range given to add()
+// is faulted in on a background thread (MADV_POPULATE_WRITE: the pages
+// mapped writable, their contents unchanged; with huge_pages, the range's
+// 2 MiB-aligned interior advised for transparent huge pages first), so that
+// the load's copies find the pages there instead of faulting each one in.
+// Never changes a byte: a range freed or reused meanwhile is harmless (the
+// kernel refuses unmapped ranges; mapped ones are only faulted in). Where
+// the kernel has no MADV_POPULATE_WRITE (Linux < 5.14) it does nothing.
+// Thread-safe; stop() (and the destructor) ends it between ranges.
+class Prefaulter {
+ public:
+  explicit Prefaulter(bool huge_pages);
+  ~Prefaulter();
+  Prefaulter(const Prefaulter&) = delete;
+  Prefaulter& operator=(const Prefaulter&) = delete;
+  void add(std::byte* data, uint64_t size);
+  // Stops (the range in progress completes) and joins.
+  void stop();
+  uint64_t bytes_queued() const;
+  uint64_t bytes_done() const;
+
+ private:
+  struct State;
+  std::shared_ptr<State> s_;
+};
 
 }  // namespace wl
