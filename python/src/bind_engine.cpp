@@ -61,6 +61,7 @@ struct PyLoadOptions {
   std::string device = "cpu";  // where tensors land: "cpu", "pinned", "cuda:N" (bind_gpu.cpp)
   std::string gds = "auto";    // GPUDirect Storage for CUDA: "auto", "on", "off"
   nb::object collective;       // a weightlift._core.Collective (bind_dist.cpp), or None
+  nb::object read_ahead;  // a weightlift._core.ReadAhead (bind_read_ahead.cpp) whose staging the load reads, or None
 
   // The load's options with the device destination and the collective in
   // place; the returned owner keeps the destination alive for the load.
@@ -71,6 +72,7 @@ struct PyLoadOptions {
     d["gds"] = gds;
     std::shared_ptr<void> dest = gpu_destination_option(d, out);
     out.collective = collective.is_valid() && !collective.is_none() ? collective_from(collective) : nullptr;
+    if (read_ahead.is_valid() && !read_ahead.is_none()) out.env = read_ahead_env(read_ahead);
     return dest;
   }
 
@@ -155,7 +157,8 @@ class Stream {
   // even when the engine finishes them out of order (stream, threads).
   Stream(std::vector<std::string> files, const PyLoadOptions& options, uint64_t max_queued_bytes,
          std::optional<std::vector<std::string>> only, std::optional<std::vector<std::string>> exclude, bool ordered)
-      : max_bytes_(std::max<uint64_t>(max_queued_bytes, 1)), collective_(options.collective) {
+      : max_bytes_(std::max<uint64_t>(max_queued_bytes, 1)), collective_(options.collective),
+        read_ahead_(options.read_ahead) {
     dest_ = options.resolve(opts_);
     opts_.ordered = ordered;
     set_selection(opts_, name_set(only), true);
@@ -246,6 +249,7 @@ class Stream {
   uint64_t max_bytes_;
   std::shared_ptr<void> dest_;  // opts_.destination's owner (device loads)
   nb::object collective_;       // keeps opts_.collective alive
+  nb::object read_ahead_;       // keeps opts_.env alive when it is a read-ahead's
   std::mutex mu_;
   std::condition_variable can_push_, can_pop_;
   std::deque<wl::LoadedTensor> queue_;
@@ -510,6 +514,13 @@ void bind_engine(nb::module_& m) {
           [](PyLoadOptions& p, nb::object v) {
             if (!v.is_none()) (void)collective_from(v);  // a TypeError now, not at load time
             p.collective = std::move(v);
+          },
+          nb::arg("value").none())
+      .def_prop_rw(
+          "read_ahead", [](const PyLoadOptions& p) { return p.read_ahead; },
+          [](PyLoadOptions& p, nb::object v) {
+            if (!v.is_none()) (void)read_ahead_env(v);  // a TypeError now, not at load time
+            p.read_ahead = std::move(v);
           },
           nb::arg("value").none());
 

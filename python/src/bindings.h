@@ -103,6 +103,9 @@ inline bool is_gpu_option(const std::string& key) { return key == "device" || ke
 void bind_gpu(nb::module_& m);
 
 // ---- each component's bindings (python/src/bind_<component>.cpp) ------------------
-void bind_engine(nb::module_& m);  // load options, the background load, load_into, policies
+void bind_engine(nb::module_& m);      // load options, the background load, load_into, policies
+void bind_read_ahead(nb::module_& m);  // bind_read_ahead.cpp: a load's reads started before the load
+// The Env of a weightlift._core.ReadAhead (engine option "read_ahead").
+wl::Env* read_ahead_env(nb::handle h);
 
 }  // namespace wlpy

@@ -205,4 +205,5 @@ NB_MODULE(_core, m) {
   bind_gpu(m);
   bind_dist(m);
   bind_engine(m);
+  bind_read_ahead(m);
 }

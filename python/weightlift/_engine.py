@@ -2,6 +2,8 @@
 
     options(**kw)          typed LoadOptions from keyword arguments
     open_stream(files)     the engine's background load (_core.Stream)
+    read_ahead(files)      a load's reads started before the load (_core.ReadAhead)
+    prefaulter()           first touch of the caller's memory ahead of the load (_core.Prefaulter)
     iterate(files)         the load as (name, torch.Tensor), with its progress bar
     tensors(stream, files) the same over a stream already open
     progress_bar(...)      the package's bar (tqdm, or nothing when disabled)
@@ -42,7 +44,7 @@ def options(**kwargs) -> _core.LoadOptions:
     option the engine does not have is a ValueError naming it."""
     o = _core.LoadOptions()
     for key, value in kwargs.items():
-        if value is None and key not in ("local_expert_ids", "collective"):
+        if value is None and key not in ("local_expert_ids", "collective", "read_ahead"):
             continue
         if key == "local_expert_ids" and value is not None:
             value = set(value)
@@ -62,6 +64,31 @@ def open_stream(files: Iterable[str], *, max_queued_bytes: int, ordered: bool = 
     the other keywords are options()."""
     return _core.Stream([os.fspath(f) for f in files], options(**kwargs), max_queued_bytes,
                         None if only is None else list(only), None if exclude is None else list(exclude), ordered)
+
+
+def read_ahead(files: Iterable[str], *, threads: int = 0, block_size: int = 0, max_memory: int = 0, rank: int = 0,
+               world_size: int = 1, local_expert_ids: Iterable[int] | None = None) -> _core.ReadAhead:
+    """Starts reading, on engine threads, the bytes a later load of `files`
+    will need (include/weightlift/read_ahead.h): local files into the page
+    cache, remote ones into staging that a load given the engine option
+    `read_ahead=<this>` consumes. With world_size > 1 this rank's 1/world_size
+    of the bytes; expert tensors not in local_expert_ids are never read;
+    bounded by max_memory (0: the engine's bound). progress() tells how far
+    it got; stop() ends it early; dropping it frees its staging."""
+    experts = None if local_expert_ids is None else set(local_expert_ids)
+    return _core.ReadAhead.start([os.fspath(f) for f in files], threads, block_size, max_memory, rank, world_size,
+                                 experts)
+
+
+def prefaulter(huge_pages: bool | None = None) -> _core.Prefaulter:
+    """A background thread that faults in host memory a later load will fill
+    (destination.h's Prefaulter): add(data_ptr, nbytes) as the memory is
+    allocated, stop() before the load. huge_pages (default: unless
+    WEIGHTLIFT_CALLER_HUGE_PAGES=0) advises each range for transparent huge
+    pages first. Never changes a byte."""
+    if huge_pages is None:
+        huge_pages = os.environ.get("WEIGHTLIFT_CALLER_HUGE_PAGES") != "0"
+    return _core.Prefaulter(bool(huge_pages))
 
 
 # ---- progress ----------------------------------------------------------------------------

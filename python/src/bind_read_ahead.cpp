@@ -1,0 +1,97 @@
+// A load's work started before the load, while the caller builds the
+// memory it will fill (the vLLM plug-in, while vLLM constructs the model):
+//   weightlift._core.ReadAhead   its reads (weightlift/read_ahead.h), handed
+//                                to the load as the engine option "read_ahead"
+//                                (remote sources then read staged bytes)
+//   weightlift._core.Prefaulter  the first touch of the caller's memory
+//                                (destination.h), fed each parameter as it
+//                                is allocated
+//
+// GIL: released while waiting; both run on their own threads.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/set.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/unique_ptr.h>
+#include <nanobind/stl/vector.h>
+
+#include "bindings.h"
+#include "weightlift/destination.h"
+#include "weightlift/read_ahead.h"
+
+namespace wlpy {
+
+namespace {
+
+using namespace nb::literals;
+
+std::unique_ptr<wl::ReadAhead> start(std::vector<std::string> files, int threads, uint64_t block_size,
+                                     uint64_t max_memory, int rank, int world_size,
+                                     std::optional<std::set<int64_t>> local_expert_ids) {
+  wl::ReadAheadOptions o;
+  o.threads = threads;
+  o.block_size = block_size;
+  o.max_memory = max_memory;
+  o.rank = rank;
+  o.world_size = world_size;
+  o.local_experts = std::move(local_expert_ids);
+  return unwrap(wl::ReadAhead::start(std::move(files), std::move(o)));
+}
+
+nb::dict progress(const wl::ReadAhead& ra) {
+  wl::ReadAheadProgress p = ra.progress();
+  nb::dict d;
+  d["bytes_planned"] = p.bytes_planned;
+  d["bytes_cached"] = p.bytes_cached;
+  d["bytes_read"] = p.bytes_read;
+  d["bytes_capped"] = p.bytes_capped;
+  d["bytes_consumed"] = p.bytes_consumed;
+  d["planned"] = p.planned;
+  d["done"] = p.done;
+  d["remote"] = p.remote;
+  d["seconds"] = p.seconds;
+  return d;
+}
+
+}  // namespace
+
+wl::Env* read_ahead_env(nb::handle h) { return nb::cast<wl::ReadAhead&>(h).env(); }
+
+void bind_read_ahead(nb::module_& m) {
+  nb::class_<wl::ReadAhead>(m, "ReadAhead")
+      .def_static("start", &start, "files"_a, "threads"_a = 0, "block_size"_a = 0, "max_memory"_a = 0, "rank"_a = 0,
+                  "world_size"_a = 1, "local_expert_ids"_a.none() = nb::none(),
+                  nb::call_guard<nb::gil_scoped_release>())
+      .def("progress", &progress)
+      .def(
+          "wait",
+          [](wl::ReadAhead& ra) {
+            wl::Status s;
+            {
+              nb::gil_scoped_release nogil;
+              s = ra.wait();
+            }
+            return s.ok() ? std::string() : s.to_string();
+          },
+          "the job's first failure as text ('' when none): the load reads those bytes itself")
+      .def("stop", &wl::ReadAhead::stop);
+
+  nb::class_<wl::Prefaulter>(m, "Prefaulter")
+      .def(nb::init<bool>(), "huge_pages"_a = false)
+      .def(
+          "add",
+          [](wl::Prefaulter& p, uintptr_t data, uint64_t size) { p.add(reinterpret_cast<std::byte*>(data), size); },
+          "data"_a, "size"_a)
+      .def("stop", &wl::Prefaulter::stop, nb::call_guard<nb::gil_scoped_release>())
+      .def("bytes_queued", &wl::Prefaulter::bytes_queued)
+      .def("bytes_done", &wl::Prefaulter::bytes_done);
+}
+
+}  // namespace wlpy
