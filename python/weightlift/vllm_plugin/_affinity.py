@@ -72,10 +72,12 @@ def target(which: str, current: set[int], nodes: list[set[int]], ncpu: int) -> s
 
 
 @contextlib.contextmanager
-def widened(which: str, nodes_dir: str = _NODES) -> Iterator[set[int] | None]:
+def widened(which: str, nodes_dir: str = _NODES, beside: bool = False) -> Iterator[set[int] | None]:
     """The calling thread's affinity widened as `which` says for the block
     (the kernel keeps it inside the cgroup's cpuset); yields the set in force,
-    None when left as it was."""
+    None when left as it was. beside: only the CPUs the thread was not bound
+    to, when there are any (threads started in the block then run beside the
+    caller's own work, e.g. vLLM building the model, not on its cores)."""
     if which == "inherit" or not hasattr(os, "sched_setaffinity"):
         yield None
         return
@@ -84,6 +86,8 @@ def widened(which: str, nodes_dir: str = _NODES) -> Iterator[set[int] | None]:
     if wide is None:
         yield None
         return
+    if beside and wide - set(before):
+        wide = wide - set(before)
     try:
         os.sched_setaffinity(0, wide)
     except OSError:

@@ -32,6 +32,7 @@ from .._engine import iterate, open_stream, tensors
 from .._engine import options as engine_options
 from .._tensors import TORCH_DTYPES, TORCH_TO_NAME
 from . import _affinity, _direct, _progress
+from . import _read_ahead as _early
 from ._options import Options
 
 logger = logging.getLogger("weightlift.vllm")
@@ -79,6 +80,36 @@ class WeightliftModelLoader(DefaultModelLoader):
         self._model: nn.Module | None = None
         self._hub_sources: dict = {}
         self._first_load_of: nn.Module | None = None
+        self._early: _early.EarlyReads | None = None
+        self._touch: _early.FirstTouch | None = None
+
+    def load_model(self, vllm_config, model_config: ModelConfig, prefix: str = "") -> nn.Module:
+        """vLLM's load_model (construction, load_weights, post-processing) with
+        the checkpoint's reads started before construction (_read_ahead.py);
+        load_weights() places from what they read."""
+        self._early = _early.start(self, model_config)
+        try:
+            return super().load_model(vllm_config, model_config, prefix)
+        finally:
+            early, self._early = self._early, None
+            if early is not None:
+                early.close()
+            self._stop_first_touch()
+
+    def create_model(self, vllm_config, model_config: ModelConfig, prefix: str = "") -> nn.Module:
+        """vLLM's construction, each host parameter's pages faulted in on an
+        engine thread as it is allocated (_read_ahead.FirstTouch)."""
+        if not (self.options.prefault and self.options.into_params):
+            return super().create_model(vllm_config, model_config, prefix)
+        # Its thread runs beside the construction, not on its core.
+        with _affinity.widened(self.options.cpus, beside=True):
+            self._touch = _early.FirstTouch()
+        with self._touch:
+            return super().create_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
+
+    def _stop_first_touch(self) -> dict:
+        touch, self._touch = self._touch, None
+        return touch.stop() if touch is not None else {}
 
     # ---- which files ------------------------------------------------------------------------------
 
@@ -449,11 +480,24 @@ class WeightliftModelLoader(DefaultModelLoader):
         if self.local_expert_ids is not None:
             common["local_expert_ids"] = sorted(self.local_expert_ids)
 
+        early = self._early
+        if early is not None:
+            stats_early = early.placement_starts()
+            common.update(early.engine_options())
+            if not early.remote and opts.direct_io == "auto" and early.covers_everything():
+                # Every byte is in the page cache or on its way into it: the
+                # load reads through it (O_DIRECT would read from the disk again).
+                common["direct"] = "off"
         total_bytes = sum(_nbytes(d, s) for _, d, s in listed)
         bar = _progress.FileBar(files, file_of, self.load_config.use_tqdm_on_load)
         _progress.log_start(files, total_bytes, tp_size, collective is not None, opts)
         stats = {"direct_tensors": 0, "direct_bytes": 0, "model_tensors": 0, "model_bytes": 0, "bytes_read": 0,
                  "bytes_exchanged": 0, "direct_seconds": 0.0, "rss_start": _progress.rss_bytes()}
+        if early is not None:
+            stats["read_ahead"] = stats_early
+        touched = self._stop_first_touch()  # placement starts: the copies take the CPUs
+        if touched:
+            stats["first_touch"] = touched
         try:
             direct = {prefix_n: pl for prefix_n, pl in plan.placements.items()}
             if direct:
@@ -501,6 +545,8 @@ class WeightliftModelLoader(DefaultModelLoader):
         finally:
             bar.close()
         stats["rss_end"] = _progress.rss_bytes()
+        if early is not None:
+            stats["read_ahead_end"] = early.progress()
         loose, clashing = _direct.check_placements(plan, mat)
         stats["seconds"] = time.perf_counter() - t0
         stats["materialized"] = mat.count

@@ -49,6 +49,13 @@ class Options:
     # cores, and the rest of the node idles while the model loads), "inherit"
     # the worker's binding, "all" every CPU the cgroup allows.
     cpus: str = "node"
+    # Read the checkpoint while vLLM builds the model (_read_ahead.py): local
+    # files into the page cache, object storage into staging the load reads.
+    read_ahead: bool = True
+    # Fault in the parameters' pages while vLLM builds the model (a background
+    # thread fed each parameter as it is allocated), so that placement copies
+    # into pages already there.
+    prefault: bool = True
 
     @classmethod
     def parse(cls, extra: dict) -> tuple[Options, dict]:
@@ -77,8 +84,9 @@ class Options:
             kw["distributed"] = "on" if d else "off"
         elif d not in _TRISTATE:
             raise ValueError(f"weightlift option distributed must be true, false or 'auto', got {d!r}")
-        if not isinstance(kw.get("into_params", True), bool):
-            raise ValueError(f"weightlift option into_params must be a bool, got {kw['into_params']!r}")
+        for k in ("into_params", "read_ahead", "prefault"):
+            if not isinstance(kw.get(k, True), bool):
+                raise ValueError(f"weightlift option {k} must be a bool, got {kw[k]!r}")
         return cls(**kw), rest
 
     def engine(self, **extra) -> dict:

@@ -1,0 +1,194 @@
+"""The checkpoint read while vLLM builds the model.
+
+vLLM's load_model() first constructs the model (modules built, every
+parameter allocated: about a second on a 1 GB model, on one core) and only
+then calls load_weights(). The files are known before construction starts
+(the loader's file selection), so WeightliftModelLoader.load_model() starts
+an engine read-ahead (weightlift._engine.read_ahead, read_ahead.h) first:
+
+  * local files: into the page cache, this rank's 1/N of the bytes where N
+    ranks share the host (the page cache is the host's: together they read
+    the checkpoint once); load_weights() then places from memory;
+  * s3:// and gs://: into staging memory that the load reads through the
+    engine option `read_ahead` (bounded: the job waits for the load to
+    consume staged blocks before it stages more); at TP 1 only (a rank's
+    shards are known only once the model is built);
+  * expert tensors of other ranks are never read (vLLM's EP filter, computed
+    before construction as load_weights() computes it);
+  * bounded by the plug-in's `max_memory` (0: half the available RAM in the
+    page cache, a quarter staged).
+
+And the first touch of the parameters' pages: construction allocates every
+parameter and touches none, so the load's copies would fault in each page
+(and the kernel zero it) as they write. WEIGHTLIFT's create_model() hands
+each host parameter, as it is registered, to an engine Prefaulter
+(FirstTouch below), whose thread faults the pages in beside the
+construction; the copies then find them there.
+
+Neither ever fails a load: anything they cannot do is logged and left to
+the load itself. Their figures (bytes read before placement started: the
+overlap; bytes faulted in) go to the log and to the loader's statistics.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import time
+
+import torch
+
+from .._engine import prefaulter, read_ahead
+
+logger = logging.getLogger("weightlift.vllm")
+
+OBJECT_SCHEMES = ("s3://", "gs://")
+
+
+class EarlyReads:
+    """One read-ahead of a load_model() call (owned by the loader)."""
+
+    def __init__(self, job, files: list[str], remote: bool, rank: int, world: int):
+        self.job = job
+        self.files = files
+        self.remote = remote
+        self.rank, self.world = rank, world
+        self.started = time.perf_counter()
+        self.at_placement: dict | None = None
+
+    def progress(self) -> dict:
+        return dict(self.job.progress())
+
+    def engine_options(self) -> dict:
+        """Engine options for the load's calls: remote loads read the staging."""
+        return {"read_ahead": self.job} if self.remote else {}
+
+    def covers_everything(self) -> bool:
+        p = self.job.progress()
+        return p["planned"] and p["bytes_capped"] == 0
+
+    def placement_starts(self) -> dict:
+        """The overlap: what the job had read when the first tensor is placed."""
+        p = self.progress()
+        p["since_start_seconds"] = time.perf_counter() - self.started
+        self.at_placement = p
+        mb = 1e6
+        logger.info("Read ahead while the model was built: %.0f of %.0f MB in %.2f s (%.0f MB were cached already%s)",
+                    p["bytes_read"] / mb, (p["bytes_planned"] - p["bytes_cached"]) / mb,
+                    p["since_start_seconds"], p["bytes_cached"] / mb,
+                    "; done" if p["done"] else "; still reading")
+        return p
+
+    def close(self) -> None:
+        """Stops the job, waits for it (the GIL released) and frees its staging."""
+        job, self.job = self.job, None
+        if job is None:
+            return
+        job.stop()
+        why = job.wait()
+        if why:
+            logger.info("read-ahead: %s (the load read those bytes itself)", why)
+
+
+class FirstTouch:
+    """While active (a `with` block around the model's construction), every
+    host parameter registered is queued to a Prefaulter; stop() ends it
+    (before placement starts)."""
+
+    MIN_BYTES = 1 << 20  # smaller parameters are not worth a queue entry
+
+    def __init__(self):
+        self.job = prefaulter()
+        self._hook = None
+
+    def _registered(self, module, name, param):
+        if param is None or self.job is None:
+            return None
+        try:
+            if param.device.type == "cpu" and param.layout == torch.strided and not param.is_meta:
+                n = param.numel() * param.element_size()
+                if n >= self.MIN_BYTES and param.data_ptr():
+                    self.job.add(param.data_ptr(), n)
+        except Exception:  # a tensor subclass without storage: not ours to touch
+            pass
+        return None
+
+    def __enter__(self):
+        register = getattr(torch.nn.modules.module, "register_module_parameter_registration_hook", None)
+        if register is not None:  # torch >= 2.0
+            self._hook = register(self._registered)
+        return self
+
+    def __exit__(self, *exc):
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        return False
+
+    def stop(self) -> dict:
+        """Stops the thread (the GIL released); {bytes_queued, bytes_done}."""
+        job, self.job = self.job, None
+        if job is None:
+            return {}
+        job.stop()
+        return {"bytes_queued": job.bytes_queued(), "bytes_done": job.bytes_done()}
+
+
+def _host_ranks() -> tuple[int, int]:
+    """(this rank, ranks) among the ranks of this host that load the same
+    checkpoint: vLLM's world group divided by its node count; (0, 1) alone."""
+    try:
+        from vllm.distributed import parallel_state as ps
+
+        world = ps.get_world_group()
+        nodes = max(int(getattr(ps, "get_node_count", lambda: 1)()), 1)
+        per_node = max(world.world_size // nodes, 1)
+        return world.local_rank % per_node, per_node
+    except Exception:  # no parallel state (a loader used on its own)
+        return 0, 1
+
+
+def start(loader, model_config) -> EarlyReads | None:
+    """Starts the read-ahead of `loader` (a WeightliftModelLoader) for
+    `model_config`'s weights, or returns None (with the reason in the debug
+    log) where it does not apply: the option off, a Hub repository (loaded
+    while it downloads already), npcache, .pt files mapped to a device."""
+    opts = loader.options
+    if not opts.read_ahead or opts.format == "npcache":
+        return None
+    location = loader._weights_location(model_config)
+    remote = isinstance(location, str) and location.lower().startswith(OBJECT_SCHEMES)
+    if not remote and not os.path.isdir(location):
+        logger.debug("read-ahead: %s is not a local folder or an object-storage URL", location)
+        return None
+    try:
+        _, files, use_safetensors, _ = loader._prepare_weights(location, None, model_config.revision, True, None)
+        location_map = loader.load_config.pt_load_map_location
+        if not use_safetensors and location_map not in (None, "cpu") and location_map != {"": "cpu"}:
+            return None
+        try:
+            loader._init_ep_weight_filter(model_config)
+        except Exception as e:  # the EP filter needs vLLM's config context: without it, every expert
+            logger.debug("read-ahead: no expert filter (%s)", e)
+        experts = loader.local_expert_ids
+        rank, world = _host_ranks()
+        if remote:
+            from ._loader import _parallel
+
+            if _parallel()[1] > 1:
+                # Staging is this process's memory, for its own load; at TP > 1
+                # that load reads this rank's shards, which are known only once
+                # the model is built (its parameters' split dimensions).
+                logger.info("read-ahead: not for object storage at tensor-parallel size > 1")
+                return None
+            rank, world = 0, 1
+        from . import _affinity
+
+        # The job's threads run beside the construction, not on its core.
+        with _affinity.widened(opts.cpus, beside=True):
+            job = read_ahead(files, threads=opts.threads, block_size=opts.block_size, max_memory=opts.max_memory,
+                             rank=rank, world_size=world, local_expert_ids=None if experts is None else sorted(experts))
+    except Exception as e:  # the load reads everything itself, as before
+        logger.info("read-ahead not started: %s", e)
+        return None
+    logger.debug("read-ahead started: %d files, rank %d of %d, remote %s", len(files), rank, world, remote)
+    return EarlyReads(job, [os.fspath(f) for f in files], remote, rank, world)
