@@ -62,7 +62,15 @@ nb::dict progress(const wl::ReadAhead& ra) {
 
 }  // namespace
 
-wl::Env* read_ahead_env(nb::handle h) { return nb::cast<wl::ReadAhead&>(h).env(); }
+wl::Env* read_ahead_env(nb::handle h) {
+  wl::ReadAhead* ra = nullptr;
+  if (!nb::try_cast<wl::ReadAhead*>(h, ra) || ra == nullptr)
+    throw nb::type_error(("engine option read_ahead takes a weightlift._core.ReadAhead (from "
+                          "weightlift._engine.read_ahead), not " +
+                          std::string(nb::type_name(h.type()).c_str()))
+                             .c_str());
+  return ra->env();
+}
 
 void bind_read_ahead(nb::module_& m) {
   nb::class_<wl::ReadAhead>(m, "ReadAhead")
