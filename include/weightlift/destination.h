@@ -160,11 +160,10 @@ class Destination {
 // backed when large), or, after reserve(), one arena per load.
 std::unique_ptr<Destination> host_destination();
 // The caller's memory: `fn` returns a region of exactly request.nbytes on
-// `device` (kCuda regions need `uploader`, e.g. gpu::uploader()). Host
-// regions are advised for transparent huge pages (their 2 MiB-aligned
-// interior, MADV_HUGEPAGE) before the engine writes them: fresh memory is
-// then faulted in 2 MiB at a time (WEIGHTLIFT_CALLER_HUGE_PAGES=0: not
-// advised, the A/B of bench/vllm).
+// `device` (kCuda regions need `uploader`, e.g. gpu::uploader()). With
+// WEIGHTLIFT_CALLER_HUGE_PAGES=1, host regions are advised for transparent
+// huge pages (their 2 MiB-aligned interior, MADV_HUGEPAGE) before the engine
+// writes them (off by default: see destination.cpp).
 using RegionFn = std::function<Result<Region>(const TensorRequest&)>;
 std::unique_ptr<Destination> caller_destination(RegionFn fn, Device device = kCpu, Uploader* uploader = nullptr);
 

@@ -83,11 +83,11 @@ def read_ahead(files: Iterable[str], *, threads: int = 0, block_size: int = 0, m
 def prefaulter(huge_pages: bool | None = None) -> _core.Prefaulter:
     """A background thread that faults in host memory a later load will fill
     (destination.h's Prefaulter): add(data_ptr, nbytes) as the memory is
-    allocated, stop() before the load. huge_pages (default: unless
-    WEIGHTLIFT_CALLER_HUGE_PAGES=0) advises each range for transparent huge
-    pages first. Never changes a byte."""
+    allocated, stop() before the load. huge_pages (default: when
+    WEIGHTLIFT_CALLER_HUGE_PAGES=1, as the engine's caller destination)
+    advises each range for transparent huge pages first. Never changes a byte."""
     if huge_pages is None:
-        huge_pages = os.environ.get("WEIGHTLIFT_CALLER_HUGE_PAGES") != "0"
+        huge_pages = os.environ.get("WEIGHTLIFT_CALLER_HUGE_PAGES") == "1"
     return _core.Prefaulter(bool(huge_pages))
 
 

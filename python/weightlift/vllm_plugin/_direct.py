@@ -61,6 +61,7 @@ class Placement:
     confirmed: bool = False        # the model copied it into `region` (a no-op)
     written: bool = False          # the model wrote `region` itself (from the real bytes)
     materialized: int = 0          # times the real bytes had to be read
+    whole: bool = False            # `region` is the whole parameter (its storage may be replaced: map_params)
 
     @property
     def nbytes(self) -> int:
@@ -210,7 +211,7 @@ def make_plan(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.dtype, 
         pshape = tuple(data.shape)
         p = params[pname]
         if pshape == shape:
-            plan.placements[name] = Placement(name, dtype, shape, pname, data)
+            plan.placements[name] = Placement(name, dtype, shape, pname, data, whole=True)
             continue
         if len(pshape) != len(shape) or not shape:
             continue
@@ -224,7 +225,7 @@ def make_plan(model: torch.nn.Module, tensors: Iterable[tuple[str, torch.dtype, 
             if (0 <= dim < len(shape) and shape[dim] == pshape[dim] * tp_size
                     and all(shape[i] == pshape[i] for i in range(len(shape)) if i != dim)):
                 plan.placements[name] = Placement(name, dtype, shape, pname, data,
-                                                  (dim, tp_rank * pshape[dim], pshape[dim]))
+                                                  (dim, tp_rank * pshape[dim], pshape[dim]), whole=True)
                 break
 
     for pname, parts in stacked.items():
@@ -345,6 +346,30 @@ def touched_by_transforms(model: torch.nn.Module,
                     "straight into parameters", e)
         return set(probes)
     return touched | (set(probes) - passed)
+
+
+def mappable(pl: Placement) -> bool:
+    """Whether the parameter can simply *be* the checkpoint's bytes: the
+    placement is the whole parameter and its bytes are one contiguous range
+    of the file (the whole tensor, or a TP shard along dim 0)."""
+    return pl.whole and (pl.shard is None or pl.shard[0] == 0) and pl.region.device.type == "cpu"
+
+
+def map_into(params: dict, pl: Placement, full: torch.Tensor) -> bool:
+    """Makes the placement's parameter (params: the model's
+    named_parameters(remove_duplicate=False), as make_plan saw them) hold
+    `full` (the checkpoint tensor, a zero-copy view of the file's pages;
+    narrowed to the shard) instead of its own memory, and the placement's
+    region that memory. False (nothing changed) when it does not fit."""
+    t = full.narrow(*pl.shard) if pl.shard is not None else full
+    if t.dtype != pl.dtype or tuple(t.shape) != tuple(pl.region.shape) or not t.is_contiguous():
+        return False
+    param = params.get(pl.param_name)
+    if param is None or param.data_ptr() != pl.region.data_ptr():
+        return False
+    param.data = t
+    pl.region = param.data
+    return True
 
 
 def check_placements(plan: Plan, materializer: Materializer | None = None) -> tuple[list[Placement], list[Placement]]:

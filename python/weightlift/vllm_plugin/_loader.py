@@ -107,6 +107,9 @@ class WeightliftModelLoader(DefaultModelLoader):
         with self._touch:
             return super().create_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
 
+    def _map_params(self, model, direct, files, unprefixed, common, stats) -> None:
+        _map_params_impl(model, direct, files, unprefixed, common, stats)
+
     def _stop_first_touch(self) -> dict:
         touch, self._touch = self._touch, None
         return touch.stop() if touch is not None else {}
@@ -500,6 +503,9 @@ class WeightliftModelLoader(DefaultModelLoader):
             stats["first_touch"] = touched
         try:
             direct = {prefix_n: pl for prefix_n, pl in plan.placements.items()}
+            if direct and opts.map_params and early is not None and not early.remote and early.covers_everything():
+                self._map_params(model, direct, files, unprefixed, common, stats)
+            direct = {n: pl for n, pl in direct.items() if n not in stats.get("mapped", ())}
             if direct:
                 t1 = time.perf_counter()
                 items = [(unprefixed[n], pl.region.data_ptr(), pl.nbytes, TORCH_TO_NAME[pl.dtype],
@@ -519,14 +525,19 @@ class WeightliftModelLoader(DefaultModelLoader):
                 bar.done_tensors([unprefixed[n] for n in direct])
                 for n, pl in direct.items():
                     yield n, _direct.PlannedTensor(pl, mat)
+            mapped = stats.pop("mapped", ())
+            bar.done_tensors([unprefixed[n] for n in mapped])
+            for n in mapped:
+                yield n, _direct.PlannedTensor(plan.placements[n], mat)
 
-            rest = [n for n, _, _ in listed if prefix + n not in direct]
+            rest = [n for n, _, _ in listed if prefix + n not in plan.placements]
             if rest:
                 rules = [r.replace(prefix, "", 1) if prefix else r
                          for r in plan.shard_rules(prefix + n for n in rest)]
                 with _affinity.widened(opts.cpus):  # the stream's threads start here
                     stream = open_stream(files, max_queued_bytes=max(opts.max_memory // 4, _LOOKAHEAD_BYTES),
-                                         ordered=collective is None, exclude=[unprefixed[n] for n in direct] or None,
+                                         ordered=collective is None,
+                                         exclude=[unprefixed[n] for n in plan.placements] or None,
                                          strategy=opts.strategy, order="name", file_views=True,
                                          shard_rules=rules or None, **opts.engine(**common))
                 p: dict = {}
@@ -569,6 +580,36 @@ class WeightliftModelLoader(DefaultModelLoader):
                 f"({names}), and their bytes overlap parameters it did take: the weights may be wrong. Load "
                 f"with --model-loader-extra-config '{{\"into_params\": false}}' and report the model at "
                 f"weightlift's issue tracker.")
+
+
+def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, common: dict, stats: dict) -> None:
+    """map_params: every placement that is a whole host parameter whose bytes
+    lie contiguously in the file becomes the checkpoint's bytes themselves:
+    the parameter's storage is replaced by a zero-copy view of the file's
+    pages (the engine's file views: a private copy-on-write mapping; the
+    checkpoint is in the page cache, read ahead while the model was built).
+    No fresh page is touched for it, no byte copied. Placements that are not
+    mapped stay in `direct` for the engine's copy."""
+    want = {unprefixed[n]: n for n, pl in direct.items() if _direct.mappable(pl)}
+    if not want:
+        return
+    t0 = time.perf_counter()
+    mapped: list[str] = []
+    nbytes = 0
+    params = dict(model.named_parameters(remove_duplicate=False))
+    engine = {k: v for k, v in common.items() if k in ("direct", "threads", "read_ahead")}
+    for name, t in iterate(files, only=list(want), file_views=True, strategy="lazy", ordered=False,
+                           max_queued_bytes=1 << 62, **engine):
+        n = want[name]
+        pl = direct[n]
+        with torch.no_grad():
+            if _direct.map_into(params, pl, t):
+                mapped.append(n)
+                nbytes += pl.nbytes
+    stats["mapped"] = mapped
+    stats["mapped_tensors"] = len(mapped)
+    stats["mapped_bytes"] = nbytes
+    stats["mapped_seconds"] = time.perf_counter() - t0
 
 
 def _nbytes(dtype: str, shape) -> int:

@@ -54,8 +54,16 @@ class Options:
     read_ahead: bool = True
     # Fault in the parameters' pages while vLLM builds the model (a background
     # thread fed each parameter as it is allocated), so that placement copies
-    # into pages already there.
-    prefault: bool = True
+    # into pages already there. Off by default: on the 2-CPU VM of bench/vllm
+    # its page faults slow the construction (the address space's lock) more
+    # than they save.
+    prefault: bool = False
+    # A whole host parameter whose checkpoint bytes lie contiguously in a file
+    # becomes those bytes: its storage is replaced by a zero-copy view of the
+    # file's pages (a private copy-on-write mapping), when the read-ahead has
+    # brought the checkpoint into the page cache. No fresh page touched, no
+    # byte copied (_loader._map_params_impl).
+    map_params: bool = True
 
     @classmethod
     def parse(cls, extra: dict) -> tuple[Options, dict]:
@@ -84,7 +92,7 @@ class Options:
             kw["distributed"] = "on" if d else "off"
         elif d not in _TRISTATE:
             raise ValueError(f"weightlift option distributed must be true, false or 'auto', got {d!r}")
-        for k in ("into_params", "read_ahead", "prefault"):
+        for k in ("into_params", "read_ahead", "prefault", "map_params"):
             if not isinstance(kw.get(k, True), bool):
                 raise ValueError(f"weightlift option {k} must be a bool, got {kw[k]!r}")
         return cls(**kw), rest
