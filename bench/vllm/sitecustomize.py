@@ -1,11 +1,17 @@
 """bench/vllm only (on PYTHONPATH of the benchmarked vLLM processes): times
 vLLM's whole model load in the process that does it. vLLM's CPU model runner
 does not log "Model loading took" as its GPU runner does, and the Run:ai
-loader logs no "Loading weights took", so this wraps BaseModelLoader.load_model
+loader logs no "Loading weights took", so this wraps each loader's load_model
 (model creation, load_weights, process_weights_after_loading) and the
 loader's load_weights when vLLM imports it, and prints one line:
 
-    [bench] model load 1.234567 s, load_weights 0.123456 s, peak RSS 1234567890 bytes, pid 123
+    [bench] model load 1.234567 s, load_weights 0.123456 s, peak RSS 1234567890 bytes, pid 123,
+            create 1.0 s, post 0.1 s
+
+create: the model's construction (BaseModelLoader.create_model: modules
+built, parameters allocated, untouched); post: process_weights_after_loading
+(the CPU backend's weight repacking). The rest of `model load` is
+load_weights plus vLLM's gc/empty_cache calls.
 
 Nothing else of vLLM changes."""
 import importlib.abc
@@ -38,30 +44,60 @@ class _Hook(importlib.abc.MetaPathFinder):
         def exec_module(module):
             run(module)
             cls = module.BaseModelLoader
-            inner = cls.load_model
+            phases = {}
 
-            def load_model(self, *args, **kwargs):
-                weights = []
-                load_weights = self.load_weights  # every loader's, timed alike (runai logs no figure)
-
-                def timed(*a, **k):
+            def timed_phase(key, fn):
+                def wrapper(*a, **k):
                     t = time.perf_counter()
                     try:
-                        return load_weights(*a, **k)
+                        return fn(*a, **k)
                     finally:
-                        weights.append(time.perf_counter() - t)
+                        phases[key] = phases.get(key, 0.0) + time.perf_counter() - t
+                return wrapper
 
-                self.load_weights = timed
-                t0 = time.perf_counter()
-                try:
-                    model = inner(self, *args, **kwargs)
-                finally:
-                    del self.load_weights
-                print(f"[bench] model load {time.perf_counter() - t0:.6f} s, load_weights {sum(weights):.6f} s, "
-                      f"peak RSS {_vm_hwm()} bytes, pid {os.getpid()}", flush=True)
-                return model
+            module.process_weights_after_loading = timed_phase("post", module.process_weights_after_loading)
+            create_model = cls.create_model
 
-            cls.load_model = load_model
+            def create(self, *a, **k):  # a subclass's override (weightlift's) is timed from inside it
+                return timed_phase("create", lambda: create_model(self, *a, **k))()
+
+            cls.create_model = create
+
+            def timed_load_model(self, inner):
+                def load_model(*args, **kwargs):
+                    weights = []
+                    load_weights = self.load_weights  # every loader's, timed alike (runai logs no figure)
+
+                    def timed(*a, **k):
+                        t = time.perf_counter()
+                        try:
+                            return load_weights(*a, **k)
+                        finally:
+                            weights.append(time.perf_counter() - t)
+
+                    self.load_weights = timed
+                    phases.clear()
+                    t0 = time.perf_counter()
+                    try:
+                        model = inner(*args, **kwargs)
+                    finally:
+                        del self.load_weights
+                    print(f"[bench] model load {time.perf_counter() - t0:.6f} s, load_weights {sum(weights):.6f} s, "
+                          f"peak RSS {_vm_hwm()} bytes, pid {os.getpid()}, create {phases.get('create', 0):.6f} s, "
+                          f"post {phases.get('post', 0):.6f} s", flush=True)
+                    return model
+
+                return load_model
+
+            init = cls.__init__
+
+            def __init__(self, *a, **k):
+                init(self, *a, **k)
+                # The instance's own load_model, whichever class defines it (a
+                # loader that overrides load_model is timed from its first line).
+                self.load_model = timed_load_model(self, self.load_model)
+
+            cls.__init__ = __init__
 
         spec.loader.exec_module = exec_module
         return spec
