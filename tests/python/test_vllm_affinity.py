@@ -71,3 +71,28 @@ def test_widened_sets_the_block_and_restores_the_thread(tmp_path):
     assert seen["inside"] == set(allowed) and seen["child"] == set(allowed)
     assert seen["after"] == {allowed[0]}
     assert seen["inherit"] == (None, {allowed[0]})
+
+
+def test_beside_leaves_out_the_callers_own_cpus(tmp_path):
+    """The read-ahead's threads start beside vLLM's construction, not on its core."""
+    allowed = sorted(os.sched_getaffinity(0))
+    if len(allowed) < 2:
+        pytest.skip("one CPU: nothing beside it")
+    seen = {}
+
+    def worker():
+        os.sched_setaffinity(0, {allowed[0]})
+        d = _nodes(tmp_path, [",".join(map(str, allowed))])
+        with aff.widened("node", d, beside=True) as inside:
+            seen["inside"] = inside
+        seen["after"] = os.sched_getaffinity(0)
+        os.sched_setaffinity(0, set(allowed))  # bound to every CPU already: nothing beside, left as it is
+        with aff.widened("node", d, beside=True) as inside:
+            seen["all"] = inside
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    assert seen["inside"] == set(allowed[1:])
+    assert seen["after"] == {allowed[0]}
+    assert seen["all"] is None

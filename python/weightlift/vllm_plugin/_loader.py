@@ -87,7 +87,7 @@ class WeightliftModelLoader(DefaultModelLoader):
         """vLLM's load_model (construction, load_weights, post-processing) with
         the checkpoint's reads started before construction (_read_ahead.py);
         load_weights() places from what they read."""
-        self._early = _early.start(self, model_config)
+        self._early = _early.start(self, model_config, _parallel()[1])
         try:
             return super().load_model(vllm_config, model_config, prefix)
         finally:

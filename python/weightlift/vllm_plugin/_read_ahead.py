@@ -147,9 +147,9 @@ def _host_ranks() -> tuple[int, int]:
         return 0, 1
 
 
-def start(loader, model_config) -> EarlyReads | None:
+def start(loader, model_config, tp_size: int = 1) -> EarlyReads | None:
     """Starts the read-ahead of `loader` (a WeightliftModelLoader) for
-    `model_config`'s weights, or returns None (with the reason in the debug
+    `model_config`'s weights (tp_size: the tensor-parallel group's), or returns None (with the reason in the debug
     log) where it does not apply: the option off, a Hub repository (loaded
     while it downloads already), npcache, .pt files mapped to a device."""
     opts = loader.options
@@ -159,6 +159,12 @@ def start(loader, model_config) -> EarlyReads | None:
     remote = isinstance(location, str) and location.lower().startswith(OBJECT_SCHEMES)
     if not remote and not os.path.isdir(location):
         logger.debug("read-ahead: %s is not a local folder or an object-storage URL", location)
+        return None
+    if remote and tp_size > 1:
+        # Staging is this process's memory, for its own load; at TP > 1 that
+        # load reads this rank's shards, which are known only once the model
+        # is built (its parameters' split dimensions).
+        logger.info("read-ahead: not for object storage at tensor-parallel size > 1")
         return None
     try:
         _, files, use_safetensors, _ = loader._prepare_weights(location, None, model_config.revision, True, None)
@@ -170,17 +176,7 @@ def start(loader, model_config) -> EarlyReads | None:
         except Exception as e:  # the EP filter needs vLLM's config context: without it, every expert
             logger.debug("read-ahead: no expert filter (%s)", e)
         experts = loader.local_expert_ids
-        rank, world = _host_ranks()
-        if remote:
-            from ._loader import _parallel
-
-            if _parallel()[1] > 1:
-                # Staging is this process's memory, for its own load; at TP > 1
-                # that load reads this rank's shards, which are known only once
-                # the model is built (its parameters' split dimensions).
-                logger.info("read-ahead: not for object storage at tensor-parallel size > 1")
-                return None
-            rank, world = 0, 1
+        rank, world = (0, 1) if remote else _host_ranks()
         from . import _affinity
 
         # The job's threads run beside the construction, not on its core.
