@@ -515,10 +515,10 @@ class WeightliftModelLoader(DefaultModelLoader):
                 with torch.no_grad(), _affinity.widened(opts.cpus):
                     s1 = _core.load_into(files, engine_options(strategy=opts.strategy, shard_rules=rules or None,
                                                                **opts.engine(**common, **into_device)), items)
-                stats["direct_seconds"] = time.perf_counter() - t1
+                stats["direct_seconds"] += time.perf_counter() - t1
                 stats["rss_after_direct"] = _progress.rss_bytes()
-                stats["direct_tensors"] = len(items)
-                stats["direct_bytes"] = sum(pl.nbytes for pl in direct.values())
+                stats["direct_tensors"] += len(items)
+                stats["direct_bytes"] += sum(pl.nbytes for pl in direct.values())
                 stats["bytes_read"] += s1.get("bytes_read", 0)
                 stats["bytes_exchanged"] += s1.get("bytes_exchanged", 0)
                 stats["direct_io"] = s1.get("direct_io")
@@ -610,6 +610,10 @@ def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, co
     stats["mapped_tensors"] = len(mapped)
     stats["mapped_bytes"] = nbytes
     stats["mapped_seconds"] = time.perf_counter() - t0
+    # Straight into parameters, as the copied ones (direct_* counts both; mapped_* the mapped part).
+    stats["direct_tensors"] += len(mapped)
+    stats["direct_bytes"] += nbytes
+    stats["direct_seconds"] += stats["mapped_seconds"]
 
 
 def _nbytes(dtype: str, shape) -> int:

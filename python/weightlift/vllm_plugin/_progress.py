@@ -101,13 +101,13 @@ def log_start(files: list[str], total_bytes: int, tp_size: int, distributed: boo
 def log_done(stats: dict, placements: int, loose: list, mat) -> None:
     secs = stats["seconds"]
     if stats.get("mapped_tensors"):
-        logger.info("weightlift: %.2f GiB (%d tensors) mapped as parameters from the page cache in %.2f s "
-                    "(no copy)", _gib(stats["mapped_bytes"]), stats["mapped_tensors"], stats["mapped_seconds"])
+        logger.info("weightlift: of the tensors straight into parameters, %.2f GiB (%d tensors) mapped from the "
+                    "page cache in %.2f s (no copy)", _gib(stats["mapped_bytes"]), stats["mapped_tensors"],
+                    stats["mapped_seconds"])
     logger.info(
         "weightlift: %.2f GiB in %.2f s: %.2f GiB (%d tensors) read straight into parameters in %.2f s, "
         "%.2f GiB (%d tensors) through the model's load_weights; storage read %.2f GiB%s%s",
-        _gib(stats["direct_bytes"] + stats["model_bytes"] + stats.get("mapped_bytes", 0)), secs,
-        _gib(stats["direct_bytes"]),
+        _gib(stats["direct_bytes"] + stats["model_bytes"]), secs, _gib(stats["direct_bytes"]),
         stats["direct_tensors"], stats["direct_seconds"], _gib(stats["model_bytes"]), stats["model_tensors"],
         _gib(stats["bytes_read"]),
         f", exchanged {_gib(stats['bytes_exchanged']):.2f} GiB" if stats.get("bytes_exchanged") else "",
