@@ -614,6 +614,7 @@ def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, co
     stats["direct_tensors"] += len(mapped)
     stats["direct_bytes"] += nbytes
     stats["direct_seconds"] += stats["mapped_seconds"]
+    stats["bytes_read"] += nbytes  # taken from the files (through the page cache) as a copy would have
 
 
 def _nbytes(dtype: str, shape) -> int:
