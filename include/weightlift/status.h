@@ -38,7 +38,8 @@ std::string_view code_name(Code code);
 class [[nodiscard]] Status {
  public:
   Status() = default;  // OK: the one spelling (`return Status();`)
-  Status(Code code, std::string message) : code_(code), message_(std::move(message)) {}
+  // The message is kept inert (weightlift/text.h).
+  Status(Code code, std::string message);
 
   [[deprecated("write Status() for OK")]] static Status Ok() { return Status(); }
   static Status InvalidArgument(std::string m) { return {Code::kInvalidArgument, std::move(m)}; }
@@ -65,7 +66,8 @@ class [[nodiscard]] Status {
   const std::string& tensor() const { return tensor_; }
 
   // Attach context; only fills a field that is still empty, so the innermost
-  // (most precise) context wins. No-ops on OK.
+  // (most precise) context wins. No-ops on OK. Kept inert, as the message is:
+  // file() is for showing, not a path to open.
   Status& with_file(std::string_view file) &;
   Status&& with_file(std::string_view file) && { return std::move(with_file(file)); }
   Status& with_tensor(std::string_view tensor) &;

@@ -5,6 +5,8 @@
 
 #include <fmt/format.h>
 
+#include "weightlift/text.h"
+
 namespace wl {
 
 std::string_view code_name(Code code) {
@@ -26,6 +28,8 @@ std::string_view code_name(Code code) {
   return "unknown";
 }
 
+Status::Status(Code code, std::string message) : code_(code), message_(inert(message)) {}
+
 Status Status::FromErrno(int err, std::string_view what) {
   std::string msg = fmt::format("{}: {}", what, std::strerror(err));
   switch (err) {
@@ -40,12 +44,12 @@ Status Status::FromErrno(int err, std::string_view what) {
 }
 
 Status& Status::with_file(std::string_view file) & {
-  if (!ok() && file_.empty()) file_ = std::string(file);
+  if (!ok() && file_.empty()) file_ = inert(file);
   return *this;
 }
 
 Status& Status::with_tensor(std::string_view tensor) & {
-  if (!ok() && tensor_.empty()) tensor_ = std::string(tensor);
+  if (!ok() && tensor_.empty()) tensor_ = inert(tensor);
   return *this;
 }
 

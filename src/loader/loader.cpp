@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "engine/strategies.h"
+#include "weightlift/text.h"
 
 namespace wl {
 
@@ -26,7 +27,9 @@ Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOp
     // the source's verdict (a hash mismatch naming the file) is the cause to report.
     const Status& st = r.status();
     if (!st.file().empty() && st.code() != Code::kCancelled)
-      if (Status v = o.env->wait_complete(st.file()); !v.ok()) return v;
+      for (const auto& f : files)  // the error names the file inertly (status.h): find it among the paths
+        if (inert(f) == st.file())
+          if (Status v = o.env->wait_complete(f); !v.ok()) return v;
     return r;
   }
   LoadStats stats = *r;
