@@ -44,7 +44,7 @@ int run_convert(const ConvertArgs& a) {
                static_cast<unsigned long long>(r->output_bytes), o.verify ? ", verified" : "");
   if (!r->dropped.empty())
     std::fprintf(stderr, "dropped %zu names that share storage with an earlier tensor: %s\n", r->dropped.size(),
-                 fmt::format("{}", fmt::join(r->dropped, ", ")).c_str());
+                 inert(fmt::format("{}", fmt::join(r->dropped, ", "))).c_str());
   return 0;
 }
 

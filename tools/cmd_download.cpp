@@ -64,8 +64,8 @@ int run_url_download(const DownloadArgs& a) {
       for (size_t i = 0; i < r->left_out.size() && i < 5; ++i) some += (i ? ", " : "") + r->left_out[i];
       if (r->left_out.size() > 5) some += fmt::format(", ... ({} more)", r->left_out.size() - 5);
       std::fprintf(stderr, "weightlift: left out %zu other file%s under %s (not weights%s): %s\n", r->left_out.size(),
-                   r->left_out.size() == 1 ? "" : "s", a.repo.c_str(),
-                   a.configs ? " or configs" : "; --configs adds configs", some.c_str());
+                   r->left_out.size() == 1 ? "" : "s", inert(a.repo).c_str(),
+                   a.configs ? " or configs" : "; --configs adds configs", inert(some).c_str());
     }
   }
   if (!r->unverified.empty()) {  // said even with -q: the integrity rule's exception (docs/integrity.md)
@@ -102,7 +102,7 @@ int run_download(const DownloadArgs& a) {
   o.parallel_min_bytes = *split;
   o.chunk_bytes = *chunk;
   o.log = [quiet = a.quiet](const std::string& line) {  // -q keeps the warnings
-    if (!quiet || line.starts_with("warning: ")) std::fprintf(stderr, "weightlift: %s\n", line.c_str());
+    if (!quiet || line.starts_with("warning: ")) std::fprintf(stderr, "weightlift: %s\n", inert(line).c_str());
   };
   SnapshotOptions s;
   s.revision = a.revision;

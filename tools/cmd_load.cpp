@@ -220,7 +220,8 @@ int run_load(const LoadArgs& a) {
   }
   const bool leader = a.tp_rank == 0 && a.rank == 0 && (!world || world->rank() == 0);
   const bool show = leader && !a.no_progress;
-  if (leader && a.verbose) opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", line.c_str()); };
+  if (leader && a.verbose)  // lines name files and URLs: inert (text.h)
+    opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", inert(line).c_str()); };
   std::unique_ptr<ProgressBar> bar;
   if (show) {
     opt.progress = [&bar](const LoadProgress& p) {
@@ -245,8 +246,8 @@ int run_load(const LoadArgs& a) {
       nlohmann::ordered_json j = {
           {"name", t.name}, {"dtype", dtype_name(t.view.dtype())}, {"shape", t.view.shape()}, {"sha256", digest}};
       std::string line = a.format == "jsonl"
-                             ? j.dump() + "\n"
-                             : fmt::format("{:<56} {:<6} {:<20} {}\n", t.name, dtype_name(t.view.dtype()),
+                             ? json_line(j)
+                             : fmt::format("{:<56} {:<6} {:<20} {}\n", inert(t.name), dtype_name(t.view.dtype()),
                                            shape_to_string(t.view.shape()), j["sha256"].get<std::string>());
       rows.emplace_back(t.ordinal, std::move(line));
     }

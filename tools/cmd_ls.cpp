@@ -40,13 +40,14 @@ int run_ls(const LsArgs& a) {
             {"name", t.name},
             {"dtype", dtype_name(t.dtype)},
             {"shape", t.shape},
-            {"file", f},
+            {"file", redact_secrets(f)},
             {"offset", t.file_offset ? nlohmann::ordered_json(*t.file_offset) : nlohmann::ordered_json()},
             {"bytes", t.nbytes}};
-        out += j.dump() + "\n";
+        out += json_line(j);
       } else {
-        out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", t.name, dtype_name(t.dtype),
-                           shape_to_string(t.shape), f, t.file_offset ? std::to_string(*t.file_offset) : "-", t.nbytes);
+        out += fmt::format("{:<56} {:<8} {:<20} {:<40} {:>12} {:>12}\n", inert(t.name), dtype_name(t.dtype),
+                           shape_to_string(t.shape), inert(f), t.file_offset ? std::to_string(*t.file_offset) : "-",
+                           t.nbytes);
       }
     }
   }

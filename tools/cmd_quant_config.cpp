@@ -49,7 +49,7 @@ int run_quant_config(const QuantConfigArgs& a) {
       [[maybe_unused]] auto parsed = nlohmann::json::parse(text);
       return true;
     } catch (const std::exception& e) {
-      std::fprintf(stderr, "weightlift: error: %s is not valid JSON: %s\n", flag, e.what());
+      std::fprintf(stderr, "weightlift: error: %s is not valid JSON: %s\n", flag, inert(e.what()).c_str());
       return false;
     }
   };
@@ -68,7 +68,7 @@ int run_quant_config(const QuantConfigArgs& a) {
   out["file"] = r->file.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r->file);
   out["folder"] = r->folder.empty() ? nlohmann::ordered_json() : nlohmann::ordered_json(r->folder);
   out["config"] = nlohmann::ordered_json::parse(r->config);
-  std::printf("%s\n", out.dump(2).c_str());
+  std::printf("%s\n", out.dump(2, ' ', /*ensure_ascii=*/true).c_str());  // the file's text, inert on a terminal
   return 0;
 }
 

@@ -29,13 +29,13 @@ int run_remap(const RemapArgs& a) {
     while (!line.empty() && (line.back() == '\r' || line.back() == ' ')) line.pop_back();
     if (!line.empty()) params.insert(line);
   }
-  std::string out;
+  std::string out;  // NAME TAB REMAPPED, each made inert (text.h): names may come from a file
   for (const auto& n : a.names) {
     if (a.moe) {
-      out += n + "\t" + maybe_remap_moe_expert_param_name(n, params) + "\n";
+      out += inert(n) + "\t" + inert(maybe_remap_moe_expert_param_name(n, params)) + "\n";
     } else {
       auto r = maybe_remap_kv_scale_name(n, params);
-      out += n + "\t" + (r ? *r : std::string("-")) + "\n";
+      out += inert(n) + "\t" + (r ? inert(*r) : std::string("-")) + "\n";
     }
   }
   std::fwrite(out.data(), 1, out.size(), stdout);

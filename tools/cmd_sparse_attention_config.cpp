@@ -32,7 +32,7 @@ RunFn setup_sparse(CLI::App& sub) {
     };
     auto r = get_sparse_attention_config(a->model, a->revision, a->download_dir, download, a->file);
     if (!r.ok()) return fail(r.status());
-    std::printf("%s\n", nlohmann::json::parse(*r).dump(2).c_str());
+    std::printf("%s\n", nlohmann::json::parse(*r).dump(2, ' ', /*ensure_ascii=*/true).c_str());  // inert on a terminal
     return 0;
   };
 }

@@ -9,9 +9,11 @@
 #include <vector>
 
 #include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include "weightlift/hub.h"
 #include "weightlift/status.h"
+#include "weightlift/text.h"
 
 namespace wl::cli {
 
@@ -53,7 +55,13 @@ Result<std::unique_ptr<ScopedNetworkDeadline>> apply_network_flags(const Network
 
 // Prints "weightlift: error: <file>: <what is wrong>" to stderr; returns 1.
 int fail(const Status& s);
-// Usage errors: prints the message; returns 2.
+// Usage errors: prints the message (inert, text.h); returns 2.
 int usage_error(const std::string& message);
+
+// One JSON Lines record and its newline: ASCII only (control and non-ASCII
+// characters as \u escapes, so the line is inert on a terminal and decodes to
+// the exact value), a byte that is not UTF-8 as U+FFFD. Every --format jsonl
+// line is written through it; text columns of tables go through inert().
+std::string json_line(const nlohmann::ordered_json& j);
 
 }  // namespace wl::cli

@@ -43,8 +43,12 @@ Result<std::vector<std::string>> weight_files_of(const std::vector<std::string>&
 }
 
 int usage_error(const std::string& message) {
-  std::fprintf(stderr, "weightlift: error: %s\n", message.c_str());
+  std::fprintf(stderr, "weightlift: error: %s\n", inert(message).c_str());
   return 2;
+}
+
+std::string json_line(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::ordered_json::error_handler_t::replace) + "\n";
 }
 
 }  // namespace wl::cli
@@ -70,7 +74,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "weightlift: error: %s\nRun with --help for usage.\n", e.what());
+    std::fprintf(stderr, "weightlift: error: %s\nRun with --help for usage.\n", wl::inert(e.what()).c_str());
     return 2;
   }
   for (auto& [sub, run] : runs) {
@@ -81,7 +85,7 @@ int main(int argc, char** argv) {
         std::fprintf(stderr, "weightlift: error: out of memory (an allocation failed: std::bad_alloc)\n");
         return 1;
       } catch (const std::exception& e) {
-        std::fprintf(stderr, "weightlift: error: internal: %s\n", e.what());
+        std::fprintf(stderr, "weightlift: error: internal: %s\n", wl::inert(e.what()).c_str());
         return 1;
       }
     }

@@ -361,7 +361,7 @@ class PyPrefetcher {
     po.world_size = world_size;
     po.log = [this](const std::string& line) {
       std::lock_guard lk(mu_);
-      lines_.push_back(line);
+      lines_.push_back(wl::inert(line));  // lines name files and URLs
     };
     p_ = unwrap(wl::Prefetcher::start(std::move(files), std::move(po)));
   }
@@ -455,7 +455,9 @@ nb::dict choose_read_path(const std::vector<std::string>& files, const std::stri
   out["file_views"] = p.file_views;
   out["gds"] = p.gds;
   out["max_memory"] = p.max_memory;
-  out["log"] = p.log;
+  std::vector<std::string> log;
+  for (const auto& line : p.log) log.push_back(wl::inert(line));  // lines name files and URLs
+  out["log"] = log;
   out["warn"] = p.warn;
   return out;
 }

@@ -41,7 +41,7 @@ wl::HubOptions hub_options(const std::string& cache_dir, std::optional<bool> off
   o.offline = offline;
   o.log = [sink](const std::string& line) {
     std::lock_guard lk(sink->mu);
-    sink->lines.push_back(line);
+    sink->lines.push_back(wl::inert(line));  // the Hub's names and messages: inert (text.h)
   };
   return o;
 }

@@ -15,6 +15,7 @@
 #include "weightlift/loader.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
+#include "weightlift/text.h"
 
 namespace wl {
 class Collective;

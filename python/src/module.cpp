@@ -151,6 +151,9 @@ NB_MODULE(_core, m) {
     return out;
   });
   m.def("peak_rss_bytes", [] { return wl::peak_rss_bytes(); });
+  // text.h's inert(): the one rendering of outside text, for messages Python builds itself.
+  m.def(
+      "inert_text", [](const std::string& s) { return wl::inert(s); }, "text"_a);
 
   // ---- conversion and the NumPy cache ------------------------------------------------
   m.def(

@@ -15,6 +15,7 @@
 #include "weightlift/hub.h"
 #include "weightlift/io.h"
 #include "weightlift/progress.h"
+#include "weightlift/text.h"
 
 namespace wl {
 
@@ -55,11 +56,12 @@ struct HubCtx {
   }
   std::vector<std::pair<std::string, std::string>> headers(bool auth) const;
   void log(const std::string& line) const {
-    if (o.log) o.log(line);
+    if (o.log) o.log(inert(line));
   }
   void add_progress(uint64_t n);
   std::string storage(const std::string& repo_id) const { return cache + "/" + repo_folder_name(repo_id, o.repo_type); }
 };
+  // Every line inert (text.h): it may hold names, URLs and messages from the server.
 
 // The hash the Hub vouches for a file's bytes (docs/integrity.md): the blob
 // takes its final name only once its bytes match it.

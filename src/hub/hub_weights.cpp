@@ -14,7 +14,7 @@ namespace {
 using json = nlohmann::json;
 
 void log_line(const HubOptions& o, const std::string& s) {
-  if (o.log) o.log(s);
+  if (o.log) o.log(inert(s));
 }
 
 // Files under `folder` (relative names, recursive, following snapshot symlinks).

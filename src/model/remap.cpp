@@ -10,6 +10,8 @@
 
 #include <re2/re2.h>
 
+#include "weightlift/text.h"
+
 namespace wl {
 namespace {
 
@@ -21,11 +23,12 @@ void warn_once_stderr(const std::string& text) {
   std::fprintf(stderr, "weightlift: warning: %s\n", text.c_str());
 }
 
+// Warnings name checkpoint tensors: inert (text.h).
 void emit(const WarnFn& warn, const std::string& text) {
   if (warn)
-    warn(text);
+    warn(inert(text));
   else
-    warn_once_stderr(text);
+    warn_once_stderr(inert(text));
 }
 
 // Python's str.replace(old, new): every non-overlapping occurrence, left to right.

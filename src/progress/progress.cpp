@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "weightlift/text.h"
+
 namespace wl {
 
 namespace {
@@ -22,8 +24,8 @@ std::string si(double v, const std::string& unit) {
 }  // namespace
 
 ProgressBar::ProgressBar(std::string desc, uint64_t total, bool enabled, std::FILE* out, std::string unit)
-    : desc_(std::move(desc)), total_(total), enabled_(enabled), out_(out), unit_(std::move(unit)),
-      start_(std::chrono::steady_clock::now()) {}
+    : desc_(inert(desc)),  // it may name a file from a listing
+      total_(total), enabled_(enabled), out_(out), unit_(std::move(unit)), start_(std::chrono::steady_clock::now()) {}
 
 std::string ProgressBar::format(uint64_t done, double elapsed) const {
   double frac = total_ ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;

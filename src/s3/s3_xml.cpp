@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <tinyxml2.h>
 
+#include "weightlift/text.h"
+
 namespace wl::s3 {
 
 namespace {
@@ -24,26 +26,6 @@ std::string_view trimmed(std::string_view s) {
   while (!s.empty() && (s.back() == ' ' || s.back() == '\n' || s.back() == '\r' || s.back() == '\t'))
     s.remove_suffix(1);
   return s;
-}
-
-// Printable ASCII only, cut to `max` characters (a message for a terminal).
-std::string printable(std::string_view s, size_t max) {
-  std::string out;
-  for (char c : s) {
-    if (out.size() >= max) {
-      out += "...";
-      break;
-    }
-    unsigned char u = static_cast<unsigned char>(c);
-    out.push_back(u >= 0x20 && u < 0x7f ? c : ' ');
-  }
-  return out;
-}
-
-bool has_control(std::string_view s) {
-  for (char c : s)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) return true;
-  return false;
 }
 
 Status corrupt(const std::string& where, const std::string& what) {
@@ -84,7 +66,7 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
   const XMLElement* root = doc.RootElement();
   if (!root || std::string_view(root->Name()) != "ListBucketResult")
     return corrupt(where,
-                   fmt::format("root element is '{}', not ListBucketResult", root ? printable(root->Name(), 64) : ""));
+                   fmt::format("root element is '{}', not ListBucketResult", root ? inert(root->Name(), 64) : ""));
   ListPage page;
   size_t entries = 0;
   // Keys and prefixes as the server encoded them (we never ask for an encoding, some servers send one).
@@ -96,7 +78,7 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
     }
     auto d = url_decode(raw);
     if (!d)
-      return corrupt(where, fmt::format("key '{}' is not valid URL encoding (EncodingType url)", printable(raw, 128)));
+      return corrupt(where, fmt::format("key '{}' is not valid URL encoding (EncodingType url)", inert(raw, 128)));
     *out = std::move(*d);
     return Status();
   };
@@ -108,11 +90,11 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
     }
     if (name == "IsTruncated") {
       std::string_view t = trimmed(text_of(e));
-      if (t != "true" && t != "false") return corrupt(where, fmt::format("IsTruncated is '{}'", printable(t, 32)));
+      if (t != "true" && t != "false") return corrupt(where, fmt::format("IsTruncated is '{}'", inert(t, 32)));
       page.truncated = t == "true";
     } else if (name == "NextContinuationToken") {
       std::string_view t = text_of(e);
-      if (t.size() > kMaxTokenBytes || has_control(t))
+      if (t.size() > kMaxTokenBytes || has_control_chars(t))
         return corrupt(where, fmt::format("continuation token of {} bytes", t.size()));
       page.next_token = std::string(t);
     } else if (name == "Contents") {
@@ -124,24 +106,24 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
         e->Accept(&pr);
         return corrupt(where,
                        fmt::format("entry {} of the page has no readable Key: {}", entries,
-                                   printable(std::string_view(pr.CStr(), pr.CStrSize() ? pr.CStrSize() - 1 : 0), 200)));
+                                   inert(std::string_view(pr.CStr(), pr.CStrSize() ? pr.CStrSize() - 1 : 0), 200)));
       }
       std::string key;
       WL_RETURN_IF_ERROR(decoded(raw, &key));
       if (key.size() > kMaxKeyBytes) return corrupt(where, fmt::format("a key of {} bytes", key.size()));
-      if (has_control(key))
-        return corrupt(where, fmt::format("key '{}' holds control characters", printable(key, 128)));
+      if (has_control_chars(key))
+        return corrupt(where, fmt::format("key '{}' holds control characters", inert(key, 128)));
       ListedObject o;
       auto [p, ec] = std::from_chars(size.data(), size.data() + size.size(), o.size);
       if (size.empty() || ec != std::errc() || p != size.data() + size.size() || size.front() == '-')
-        return corrupt(where, fmt::format("key '{}' has size '{}'", printable(key, 128), printable(size, 32)));
+        return corrupt(where, fmt::format("key '{}' has size '{}'", inert(key, 128), inert(size, 32)));
       o.key = std::move(key);
       page.objects.push_back(std::move(o));
     } else if (name == "CommonPrefixes") {
       std::string pre;
       WL_RETURN_IF_ERROR(decoded(text_of(e->FirstChildElement("Prefix")), &pre));
-      if (pre.empty() || pre.size() > kMaxKeyBytes || has_control(pre))
-        return corrupt(where, fmt::format("a common prefix '{}' of {} bytes", printable(pre, 128), pre.size()));
+      if (pre.empty() || pre.size() > kMaxKeyBytes || has_control_chars(pre))
+        return corrupt(where, fmt::format("a common prefix '{}' of {} bytes", inert(pre, 128), pre.size()));
       page.prefixes.push_back(std::move(pre));
     }
   }
@@ -156,9 +138,9 @@ std::optional<ErrorBody> parse_error_body(std::string_view xml) {
   const XMLElement* root = doc.RootElement();
   if (!root || std::string_view(root->Name()) != "Error") return std::nullopt;
   ErrorBody b;
-  b.code = printable(trimmed(text_of(root->FirstChildElement("Code"))), 64);
-  b.message = printable(trimmed(text_of(root->FirstChildElement("Message"))), 512);
-  b.region = printable(trimmed(text_of(root->FirstChildElement("Region"))), 64);
+  b.code = inert(trimmed(text_of(root->FirstChildElement("Code"))), 64);
+  b.message = inert(trimmed(text_of(root->FirstChildElement("Message"))), 512);
+  b.region = inert(trimmed(text_of(root->FirstChildElement("Region"))), 64);
   if (b.code.empty() && b.message.empty()) return std::nullopt;
   return b;
 }

@@ -37,7 +37,7 @@ Result<ListPage> parse_list_objects_v2(std::string_view xml, const std::string& 
 
 struct ErrorBody {
   std::string code;     // "NoSuchKey", "SignatureDoesNotMatch", ...
-  std::string message;  // printable, at most 512 characters
+  std::string message;  // inert (text.h), cut to 512 bytes
   std::string region;   // <Region>, when the server says where the bucket is
 };
 // An <Error> document; nullopt for anything else (empty, HTML, malformed).

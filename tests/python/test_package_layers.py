@@ -20,7 +20,7 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "python" / "weightlift"
 # covers weightlift.safetensors.*) unless one of them is listed on its own.
 LAYERS: list[tuple[str, set[str]]] = [
     # the extension, the logger, engine bytes -> torch
-    ("ground", {"_core", "_log", "_tensors"}),
+    ("ground", {"_core", "_log", "_tensors", "_text"}),
     # small single-purpose modules: locks and files, prefetch, parameters, rules over names
     ("leaves", {"_files", "_prefetch", "_params", "ep_weight_filter", "_vllm_extras"}),
     # the bridge: options, the stream, the one conversion loop, the progress bar

@@ -11,6 +11,7 @@ from collections import Counter
 import torch
 
 from .. import _core
+from .._text import inert
 
 logger = logging.getLogger("weightlift.vllm")
 
@@ -114,11 +115,11 @@ def log_done(stats: dict, placements: int, loose: list, mat) -> None:
         ", O_DIRECT" if stats.get("direct_io") else "")
     if mat.count:
         logger.warning("weightlift: %d tensor(s) (%.2f GiB) were read a second time because the model did not "
-                       "copy them unchanged (%s%s)", mat.count, _gib(mat.bytes), ", ".join(mat.names),
+                       "copy them unchanged (%s%s)", mat.count, _gib(mat.bytes), inert(", ".join(mat.names)),
                        ", ..." if mat.count > len(mat.names) else "")
     if loose:
         logger.warning("weightlift: the model never took %d tensor(s) that were read into its parameters: %s",
-                       len(loose), ", ".join(p.name for p in loose[:5]))
+                       len(loose), inert(", ".join(p.name for p in loose[:5])))
 
 
 def dump_stats(stats: dict, kind: str = "load") -> None:
