@@ -33,6 +33,11 @@
 // Thread-safety: every function may be called from many threads and
 // processes at once; concurrent downloads of one blob are serialised by its
 // lock file. The token is sent only to the endpoint's host, and never logged.
+//
+// Text from the Hub (file names, ETags, URLs, error messages) reaches
+// messages and logs only through inert() (text.h); a listed file name holding
+// a control character is refused before anything is written (check_repo_path);
+// a token holding one is refused naming where it came from, never sent.
 #pragma once
 
 #include <cstdint>
@@ -80,7 +85,9 @@ std::string repo_folder_name(const std::string& repo_id, const std::string& repo
 std::vector<std::string> filter_repo_files(const std::vector<std::string>& files, const std::vector<std::string>& allow,
                                            const std::vector<std::string>& ignore);
 // A repository file name is usable as a cache path: relative, no "." / ".."
-// / empty components, no backslash or NUL. kInvalidArgument otherwise.
+// / empty components, no backslash, no control character (C0, DEL, C1, the
+// Unicode format controls: text.h's has_control_chars) and valid UTF-8.
+// kInvalidArgument otherwise, naming it inertly.
 Status check_repo_path(const std::string& name);
 
 struct RepoInfo {

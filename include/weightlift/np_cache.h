@@ -32,7 +32,8 @@ struct NpCacheResult {
 // Ensures `<hf_folder>/np/` holds the tensors of `weight_files` (PyTorch
 // .bin/.pt or safetensors): under an exclusive lock on `lock_path` (default
 // `<hf_folder>/np.lock`), dumps every tensor unless weight_names.json exists.
-// A tensor name that is not a plain file name ("/", "..", empty) is refused.
+// A tensor name that is not a plain file name ("/", "..", empty, a control
+// character: text.h's has_control_chars) is refused before anything is written.
 Result<NpCacheResult> np_cache_prepare(const std::vector<std::string>& weight_files, const std::string& hf_folder,
                                        const std::string& lock_path = {}, Env* env = Env::Default());
 

@@ -10,13 +10,16 @@
 #include "weightlift/checkpoint.h"
 #include "weightlift/lock.h"
 #include "weightlift/npy.h"
+#include "weightlift/text.h"
 
 namespace wl {
 namespace {
 namespace fs = std::filesystem;
 
+// A tensor name that names a file of the cache: no folder, no traversal, no
+// control character (a name from a file never puts one in a path).
 bool plain_file_name(const std::string& n) {
-  return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && n.find('\0') == std::string::npos &&
+  return !n.empty() && n != "." && n != ".." && n.find('/') == std::string::npos && !has_control_chars(n) &&
          n != kNpCacheNames;
 }
 }  // namespace

@@ -14,6 +14,7 @@
 #include "weightlift/lock.h"
 
 namespace wl {
+#include "weightlift/text.h"
 namespace {
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -115,7 +116,8 @@ Status check_repo_path(const std::string& name) {
   if (name.empty()) return bad("empty");
   if (name.front() == '/') return bad("absolute path");
   if (name.find('\\') != std::string::npos) return bad("backslash");
-  if (name.find('\0') != std::string::npos) return bad("NUL byte");
+  if (has_control_chars(name))
+    return bad("it holds a control character (a line break, a tab, an escape...) or bytes that are not UTF-8");
   size_t start = 0;
   for (;;) {
     size_t slash = name.find('/', start);

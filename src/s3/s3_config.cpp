@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "weightlift/s3.h"
+#include "weightlift/text.h"
 
 namespace wl {
 
@@ -138,9 +139,7 @@ Result<S3Url> parse_s3_url(std::string_view url) {
   }
   if (key.size() > 1024)
     return Status::InvalidArgument(fmt::format("key of {} bytes is longer than 1024", key.size())).with_file(url);
-  for (char c : key)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f)
-      return Status::InvalidArgument("the key holds control characters").with_file(url);
+  if (has_control_chars(key)) return Status::InvalidArgument("the key holds control characters").with_file(url);
   u.bucket = std::string(bucket);
   u.key = std::string(key);
   return u;
