@@ -23,13 +23,17 @@
 #include "weightlift/hub.h"
 #include "weightlift/io.h"
 #include "weightlift/loader.h"
+#include "weightlift/text.h"
 
 extern char** environ;
 
 namespace wl {
 namespace {
 
+bool contains(const std::string& s, std::string_view sub) { return s.find(sub) != std::string::npos; }
+
 using testing::read_bytes;
+using testing::ScopedEnv;
 using testing::TempDir;
 using testing::write_bytes;
 
@@ -408,6 +412,68 @@ TEST(HubPaths, TraversalRefused) {
   EXPECT_TRUE(check_repo_path("a/b.c/d..e").ok());
 }
 
+TEST(HubPaths, ControlCharactersRefused) {
+  for (std::string ok : {"config.json", "sub/dir/model-00001-of-00002.safetensors", "模型.bin"})
+    EXPECT_TRUE(check_repo_path(ok).ok()) << ok;
+  for (const std::string& bad : std::vector<std::string>{"a\nb.json", "a\rb", "a\tb", "a\x1b[2Jb", "a\x7f", "a\xc2\x9b",
+                                                         "a\xe2\x80\xae", "a\xff", std::string("a\0b", 3)}) {
+    Status s = check_repo_path(bad);
+    EXPECT_EQ(s.code(), Code::kInvalidArgument) << inert(bad);
+    EXPECT_TRUE(contains(s.message(), "control character")) << s.message();
+    EXPECT_FALSE(has_control_chars(s.to_string()));
+  }
+}
+
+// A token holding a control character, from any of its sources, is refused
+// naming the source, never the value; no Hub call is then made.
+TEST(HubToken, EverySourceHoldingAControlCharacterIsRefusedByName) {
+  TempDir dir;
+  ScopedEnv home("HF_HOME", dir.path().c_str());
+  ScopedEnv path("HF_TOKEN_PATH", nullptr);
+  {
+    ScopedEnv t("HF_TOKEN", "hf_good\n");  // a trailing newline is trimmed, as huggingface_hub trims it
+    auto r = hub_token({});
+    ASSERT_TRUE(r.ok()) << r.status().to_string();
+    EXPECT_EQ(**r, "hf_good");
+  }
+  struct Case {
+    const char* hf_token;
+    const char* legacy;
+    const char* file;  // the token file's text (nullptr: none)
+    bool via_path;     // the file named by HF_TOKEN_PATH
+    std::string named;
+  };
+  const std::string file = dir.file("token"), other = dir.file("other-token");
+  for (const Case& c : {Case{"hf_a\r\nX-Injected: 1", nullptr, nullptr, false, "HF_TOKEN"},
+                        Case{nullptr, "hf_a\nX-Injected: 1", nullptr, false, "HUGGING_FACE_HUB_TOKEN"},
+                        Case{nullptr, nullptr, "hf_a\nX-Injected: 1\n", false, "the token file " + file},
+                        Case{nullptr, nullptr, "hf_a\r\nX-Injected: 1", true, other + " (HF_TOKEN_PATH)"}}) {
+    SCOPED_TRACE(c.named);
+    ScopedEnv t("HF_TOKEN", c.hf_token);
+    ScopedEnv l("HUGGING_FACE_HUB_TOKEN", c.legacy);
+    ScopedEnv p("HF_TOKEN_PATH", c.via_path ? other.c_str() : nullptr);
+    std::remove(file.c_str());
+    std::remove(other.c_str());
+    if (c.file) testing::write_bytes(c.via_path ? other : file, c.file);
+    auto r = hub_token({});
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_TRUE(contains(r.status().message(), c.named)) << r.status().message();
+    EXPECT_FALSE(contains(r.status().to_string(), "hf_a")) << r.status().to_string();
+    EXPECT_FALSE(contains(r.status().to_string(), "Injected")) << r.status().to_string();
+  }
+  HubOptions o;
+  o.token = "hf_a\r\nX-Injected: 1";
+  auto r = hub_token(o);
+  ASSERT_FALSE(r.ok());
+  EXPECT_TRUE(contains(r.status().message(), "--token")) << r.status().message();
+  // And nothing is asked of the server: every Hub call stops at the token.
+  o.endpoint = "http://127.0.0.1:1";
+  auto info = repo_info("org/m", "main", o);
+  ASSERT_FALSE(info.ok());
+  EXPECT_TRUE(contains(info.status().message(), "--token")) << info.status().to_string();
+}
+
 TEST(HubLock, NameAndMode) {
   TempDir d;
   std::string p = model_lock_path("org/name", d.path());
@@ -440,6 +506,56 @@ TEST(Http, OriginAndErrors) {
   EXPECT_EQ(classify_hub_error(r), HubErrorKind::kRepoNotFound);
   r.status = 503;
   EXPECT_EQ(status_from_response(r, "u").code(), Code::kUnavailable);
+}
+
+TEST(Http, CheckSecretNamesTheSourceNeverTheValue) {
+  EXPECT_TRUE(check_secret("hf_abcdef", "HF_TOKEN").ok());
+  for (std::string bad :
+       {"hf_abc\r\nX-Injected: 1", "hf_abc\nsecond line", "hf\x01", "hf\x7f", "hf\xc2\x85", "hf\xff"}) {
+    Status s = check_secret(bad, "HF_TOKEN");
+    ASSERT_EQ(s.code(), Code::kInvalidArgument) << inert(bad);
+    EXPECT_TRUE(contains(s.message(), "HF_TOKEN")) << s.message();
+    EXPECT_FALSE(contains(s.to_string(), "hf_abc")) << s.to_string();
+    EXPECT_FALSE(contains(s.to_string(), "Injected")) << s.to_string();
+  }
+}
+
+// Nothing with a control character goes on the wire (an injected header), and
+// no message shows a URL's password or signature.
+TEST(Http, AHeaderOrUrlHoldingAControlCharacterIsNeverSent) {
+  HttpOptions o;
+  o.connect_timeout_s = 1;
+  o.retry.max_attempts = 1;
+  o.dead_host_window_s = 0;
+  HttpClient c(o);
+  HttpRequest r;
+  r.url = "http://127.0.0.1:1/x";  // nothing listens: a request that went out would fail to connect instead
+  r.headers = {{"Authorization", "Bearer tok\r\nX-Injected: 1"}};
+  auto resp = c.request(r);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_EQ(resp.status().code(), Code::kInvalidArgument) << resp.status().to_string();
+  EXPECT_TRUE(contains(resp.status().message(), "'Authorization'")) << resp.status().message();
+  EXPECT_FALSE(contains(resp.status().to_string(), "tok")) << resp.status().to_string();
+  r.headers.clear();
+  r.url = "http://127.0.0.1:1/x\r\nX-Injected: 1";
+  resp = c.request(r);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_EQ(resp.status().code(), Code::kInvalidArgument) << resp.status().to_string();
+  EXPECT_FALSE(has_control_chars(resp.status().to_string()));
+}
+
+TEST(Http, MessagesNeverShowAUrlsPassword) {
+  HttpOptions o;
+  o.connect_timeout_s = 1;
+  o.retry.max_attempts = 1;
+  o.dead_host_window_s = 0;
+  HttpClient c(o);
+  HttpRequest r;
+  r.url = "http://alice:s3cretpw@127.0.0.1:1/x?X-Amz-Signature=SIGSECRET";
+  auto resp = c.request(r);
+  ASSERT_FALSE(resp.ok());
+  EXPECT_FALSE(contains(resp.status().to_string(), "s3cretpw")) << resp.status().to_string();
+  EXPECT_FALSE(contains(resp.status().to_string(), "SIGSECRET")) << resp.status().to_string();
 }
 
 }  // namespace

@@ -12,6 +12,8 @@
 namespace wl {
 namespace {
 
+bool contains(const std::string& s, std::string_view sub) { return s.find(sub) != std::string::npos; }
+
 using testing::TempDir;
 using testing::write_bytes;
 
@@ -195,6 +197,32 @@ std::string page(const std::string& body, bool truncated = false, const std::str
          std::string(truncated ? "true" : "false") + "</IsTruncated>" +
          (token.empty() ? "" : "<NextContinuationToken>" + token + "</NextContinuationToken>") + body +
          "</ListBucketResult>";
+}
+
+TEST(S3Config, ACredentialHoldingAControlCharacterIsRefusedNamingTheVariable) {
+  TempDir dir;
+  struct Case {
+    std::string scheme;
+    std::map<std::string, std::string> vars;
+    std::string named;
+  };
+  const std::string home = dir.path();
+  for (const Case& c :
+       {Case{"s3", {{"AWS_ACCESS_KEY_ID", "AK\x1bID"}, {"AWS_SECRET_ACCESS_KEY", "s"}}, "AWS_ACCESS_KEY_ID"},
+        Case{"s3", {{"AWS_ACCESS_KEY_ID", "AKID"}, {"AWS_SECRET_ACCESS_KEY", "s\tx"}}, "AWS_SECRET_ACCESS_KEY"},
+        Case{"s3",
+             {{"AWS_ACCESS_KEY_ID", "AKID"}, {"AWS_SECRET_ACCESS_KEY", "s"}, {"AWS_SESSION_TOKEN", "t\r\nX: 1"}},
+             "AWS_SESSION_TOKEN"},
+        Case{"gs", {{"GS_ACCESS_KEY_ID", "GK\nID"}, {"GS_SECRET_ACCESS_KEY", "s"}}, "GS_ACCESS_KEY_ID"},
+        Case{"gs", {{"GOOGLE_OAUTH_ACCESS_TOKEN", "ya29\x7f"}}, "GOOGLE_OAUTH_ACCESS_TOKEN"}}) {
+    SCOPED_TRACE(c.named);
+    auto vars = c.vars;
+    vars["HOME"] = home;
+    auto r = resolve_s3_config(c.scheme, fake_env(vars));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_TRUE(contains(r.status().message(), c.named)) << r.status().message();
+  }
 }
 
 TEST(S3Xml, ParsesAListPage) {

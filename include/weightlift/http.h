@@ -28,8 +28,13 @@
 //               5xx, honouring Retry-After (capped); a host that failed every
 //               attempt of a request without answering is not tried again for
 //               dead_host_window_s (the next requests fail at once, naming it)
-//   messages    a failure names the method, the URL (query stripped), the
-//               attempts made and the time spent, and the settings that apply
+//   messages    a failure names the method, the URL (query stripped, userinfo
+//               shown as ***, made inert: text.h), the attempts made and the
+//               time spent, and the settings that apply
+//   the wire    a request whose URL or any header (name or value) holds a
+//               control character (CR/LF: an injected header) is refused with
+//               kInvalidArgument naming the header, never its value, before
+//               anything is sent; so is a redirect to such a URL
 //
 // Settings from the environment (read by HttpOptions' constructor; the CLI's
 // flags of the same names set them): WEIGHTLIFT_CONNECT_TIMEOUT,
@@ -38,6 +43,7 @@
 // WEIGHTLIFT_LIST_MAX_ENTRIES (counts). docs/reliability.md lists them.
 //
 // Thread-safety: an HttpClient may be used from many threads at once.
+
 // Tokens: header values are never logged; error messages carry URLs only.
 #pragma once
 
@@ -50,6 +56,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -171,6 +178,13 @@ struct HttpResponse {
 
 // Receives body bytes of a streamed GET; returning a non-OK status aborts.
 using BodySink = std::function<Status(std::span<const std::byte>)>;
+
+// kInvalidArgument when a secret to be sent in a header (a token, a key, a
+// password) holds a control character or bytes that are not UTF-8 (text.h's
+// has_control_chars): the message names where it came from (`source`:
+// "HF_TOKEN", "the token file /root/.cache/huggingface/token", "--token") and
+// never its value. Every source of credentials calls it as it reads them.
+Status check_secret(std::string_view secret, std::string_view source);
 
 // What the Hub's error headers say (huggingface_hub's typed errors).
 enum class HubErrorKind { kNone, kRepoNotFound, kGated, kRevisionNotFound, kEntryNotFound, kDisabled, kOther };

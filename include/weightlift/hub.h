@@ -73,7 +73,12 @@ struct HubOptions {
 // The effective settings after the environment is consulted.
 std::string hub_endpoint(const HubOptions& o);
 std::string hub_cache_dir(const HubOptions& o);
-std::optional<std::string> hub_token(const HubOptions& o);  // nullopt: anonymous
+// The token (nullopt: anonymous): HubOptions::token, else $HF_TOKEN, else
+// $HUGGING_FACE_HUB_TOKEN, else the token file ($HF_TOKEN_PATH or
+// $HF_HOME/token), trimmed of surrounding whitespace. kInvalidArgument naming
+// that source (never the value) when it holds a control character (a token
+// file of two lines, a CR/LF in the variable) or bytes that are not UTF-8.
+Result<std::optional<std::string>> hub_token(const HubOptions& o);
 bool hub_offline(const HubOptions& o);
 
 // "models--org--name" (huggingface_hub's repo_folder_name).

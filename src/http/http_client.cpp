@@ -18,6 +18,7 @@
 
 #include "http/ca_bundle.h"
 #include "weightlift/http.h"
+#include "weightlift/text.h"
 
 namespace wl {
 namespace {
@@ -36,8 +37,23 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(a, b - a));
 }
 
-// URLs in messages lose their query (signed CDN URLs carry credentials there).
-std::string redact(const std::string& url) { return url.substr(0, url.find('?')); }
+// URLs in messages lose their query (signed CDN URLs carry credentials there)
+// and their userinfo (http://user:password@host); inert() escapes the rest.
+std::string redact(const std::string& url) { return inert(url.substr(0, url.find('?'))); }
+
+// A request that would put a control character on the wire (a header that
+// splits in two, a URL that is not one) is refused before it is sent; the
+// header's value is never shown (it may be a credential).
+Status check_request_text(const HttpRequest& req, const std::string& url) {
+  if (has_control_chars(url) || url.find(' ') != std::string::npos)
+    return Status::InvalidArgument("refusing a URL that holds a space or a control character: " + redact(url));
+  for (const auto& [k, v] : req.headers)
+    if (has_control_chars(k) || has_control_chars(v))
+      return Status::InvalidArgument(
+          fmt::format("refusing to send the header '{}' to {}: it holds a control character (its value is not shown)",
+                      k, redact(url)));
+  return Status();
+}
 
 using Clock = std::chrono::steady_clock;
 
@@ -385,6 +401,14 @@ std::string url_quote(const std::string& s, bool keep_slash) {
   return out;
 }
 
+Status check_secret(std::string_view secret, std::string_view source) {
+  if (!has_control_chars(secret)) return Status();
+  return Status::InvalidArgument(
+      fmt::format("{} holds a line break, another control character or bytes that are not UTF-8: refusing to send "
+                  "it (its value is not shown)",
+                  source));
+}
+
 HubErrorKind classify_hub_error(const HttpResponse& r) {
   if (r.status >= 200 && r.status < 400) return HubErrorKind::kNone;
   std::string code = r.header("x-error-code");
@@ -531,6 +555,7 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
   if (!http_scheme(req.url))
     return Status::InvalidArgument(
         fmt::format("refusing a {}:// URL: only http and https are allowed ({})", scheme_of(req.url), redact(req.url)));
+  WL_RETURN_IF_ERROR(check_request_text(req, req.url));
   const std::string origin = url_origin(req.url);
   const auto start = Clock::now();
   // The earliest of: the request's own deadline, request_timeout_s, the process's (--deadline).
@@ -625,6 +650,7 @@ Result<HttpResponse> HttpClient::run(const HttpRequest& req, const BodySink* sin
           return Status::InvalidArgument(
               fmt::format("refusing to follow a redirect to a {}:// URL from {}: only http and https are allowed",
                           scheme_of(next), redact(url)));
+        WL_RETURN_IF_ERROR(check_request_text(req, next));
         if (url_origin(next) != origin) send_auth = false;  // never hand the token to another host
         url = next;
         continue;

@@ -7,14 +7,16 @@
 #include <cerrno>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 #include "hub/hub_internal.h"
 #include "weightlift/glob.h"
 #include "weightlift/hash.h"
 #include "weightlift/io.h"
 #include "weightlift/lock.h"
+#include "weightlift/text.h"
 
 namespace wl {
-#include "weightlift/text.h"
 namespace {
 
 std::string env_or(const char* name, const std::string& fallback) {
@@ -57,19 +59,26 @@ std::string hub_cache_dir(const HubOptions& o) {
   return env_or("HF_HUB_CACHE", env_or("HUGGINGFACE_HUB_CACHE", hf_home() + "/hub"));
 }
 
-std::optional<std::string> hub_token(const HubOptions& o) {
+Result<std::optional<std::string>> hub_token(const HubOptions& o) {
   if (o.token) {
-    if (o.token->empty()) return std::nullopt;
+    if (o.token->empty()) return std::optional<std::string>();
+    WL_RETURN_IF_ERROR(check_secret(*o.token, "the token given (--token, HubOptions::token)"));
     return o.token;
   }
-  std::string t = env_or("HF_TOKEN", env_or("HUGGING_FACE_HUB_TOKEN", ""));
+  std::string source = "HF_TOKEN";
+  std::string t = env_or("HF_TOKEN", "");
+  if (t.empty()) t = env_or("HUGGING_FACE_HUB_TOKEN", ""), source = "HUGGING_FACE_HUB_TOKEN";
   if (t.empty()) {
-    auto f = read_file_to_string(env_or("HF_TOKEN_PATH", hf_home() + "/token"), 1 << 16);
-    if (f.ok()) t = trim(*f);
+    const char* from_var = std::getenv("HF_TOKEN_PATH");
+    const std::string path = from_var && *from_var ? from_var : hf_home() + "/token";
+    auto f = read_file_to_string(path, 1 << 16);
+    if (f.ok()) t = *f;
+    source = fmt::format("the token file {}{}", path, from_var && *from_var ? " (HF_TOKEN_PATH)" : "");
   }
-  t = trim(t);
-  if (t.empty()) return std::nullopt;
-  return t;
+  t = trim(t);  // as huggingface_hub does: a trailing newline is not part of the token
+  if (t.empty()) return std::optional<std::string>();
+  WL_RETURN_IF_ERROR(check_secret(t, source));
+  return std::optional<std::string>(std::move(t));
 }
 
 bool hub_offline(const HubOptions& o) {

@@ -338,6 +338,7 @@ Result<FileMeta> head_file(HubCtx& c, const std::string& repo_id, const std::str
 Result<RepoInfo> repo_info(const std::string& repo_id, const std::string& revision, const HubOptions& o) {
   WL_RETURN_IF_ERROR(check_repo_id(repo_id));
   HubCtx c(o);
+  WL_RETURN_IF_ERROR(c.token_status);
   std::string url =
       hub_endpoint(o) + "/api/" + type_plural(o) + "/" + repo_id + "/revision/" + url_quote(revision, false);
   WL_ASSIGN_OR_RETURN(json j, get_json(c, url, repo_id, revision));
@@ -361,6 +362,7 @@ Result<std::vector<RepoEntry>> list_repo_tree(const std::string& repo_id, const 
                                               const std::string& path_in_repo, bool recursive, const HubOptions& o) {
   WL_RETURN_IF_ERROR(check_repo_id(repo_id));
   HubCtx c(o);
+  WL_RETURN_IF_ERROR(c.token_status);
   std::string url = hub_endpoint(o) + "/api/" + type_plural(o) + "/" + repo_id + "/tree/" + url_quote(revision, false) +
                     (path_in_repo.empty() ? "" : "/" + url_quote(path_in_repo, true)) +
                     "?recursive=" + (recursive ? "True" : "False") + "&expand=False";
@@ -446,6 +448,7 @@ Result<std::string> hf_hub_download_impl(const std::string& repo_id, const std::
   const std::string file = subfolder.empty() ? filename : subfolder + "/" + filename;
   WL_RETURN_IF_ERROR(check_repo_path(file));
   HubCtx c(o);
+  WL_RETURN_IF_ERROR(c.token_status);
   Env* env = c.env;
   const std::string storage = c.storage(repo_id);
   auto pointer = [&](const std::string& commit) { return storage + "/snapshots/" + commit + "/" + file; };
@@ -505,6 +508,7 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
   const std::string revision = s.revision.empty() ? "main" : s.revision;
   WL_RETURN_IF_ERROR(check_revision(revision));
   HubCtx c(o);
+  WL_RETURN_IF_ERROR(c.token_status);
   Env* env = c.env;
   const std::string storage = c.storage(repo_id);
   auto offline_plan = [&](const Status& why) -> Result<SnapshotPlan> {

@@ -42,6 +42,7 @@ struct HubCtx {
   const HubOptions& o;
   HttpClient http;
   std::optional<std::string> token;
+  Status token_status;  // why there is no token when one was given unusable: every request is refused
   std::string cache;
   Env* env;
   std::mutex progress_mu;
@@ -50,18 +51,22 @@ struct HubCtx {
 
   // Every write below the cache root is confined (Env::confine_writes): no link planted in a shared cache
   // is written through.
-  explicit HubCtx(const HubOptions& opts)
-      : o(opts), http(opts.http), token(hub_token(opts)), cache(hub_cache_dir(opts)), env(hub_env(opts)) {
+  explicit HubCtx(const HubOptions& opts) : o(opts), http(opts.http), cache(hub_cache_dir(opts)), env(hub_env(opts)) {
     env->confine_writes(cache);
+    auto t = hub_token(opts);
+    if (t.ok())
+      token = std::move(*t);
+    else
+      token_status = std::move(t).status();
   }
   std::vector<std::pair<std::string, std::string>> headers(bool auth) const;
+  // Every line inert (text.h): it may hold names, URLs and messages from the server.
   void log(const std::string& line) const {
     if (o.log) o.log(inert(line));
   }
   void add_progress(uint64_t n);
   std::string storage(const std::string& repo_id) const { return cache + "/" + repo_folder_name(repo_id, o.repo_type); }
 };
-  // Every line inert (text.h): it may hold names, URLs and messages from the server.
 
 // The hash the Hub vouches for a file's bytes (docs/integrity.md): the blob
 // takes its final name only once its bytes match it.

@@ -255,7 +255,10 @@ Result<std::string> modelscope_snapshot_download(const std::string& model_id, co
   HttpClient http(o.http);
   std::vector<std::pair<std::string, std::string>> headers;
   auto token = std::getenv("MODELSCOPE_API_TOKEN");
-  if (token && *token) headers.emplace_back("Authorization", std::string("Bearer ") + token);
+  if (token && *token) {
+    WL_RETURN_IF_ERROR(check_secret(token, "MODELSCOPE_API_TOKEN"));
+    headers.emplace_back("Authorization", std::string("Bearer ") + token);
+  }
   const std::string base = modelscope_endpoint(o) + "/api/v1/models/" + model_id;
   WL_ASSIGN_OR_RETURN(std::vector<MsFile> files, list_files(http, headers, base, model_id, revision));
   std::vector<std::string> names;

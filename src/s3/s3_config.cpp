@@ -103,7 +103,11 @@ Result<std::optional<S3Credentials>> key_pair(const EnvLookup& env, const std::s
     return Status::InvalidArgument(id.empty() ? secret_var + " is set but " + id_var + " is not"
                                               : id_var + " is set but " + secret_var + " is not");
   if (id.empty()) return std::optional<S3Credentials>();
-  return std::optional<S3Credentials>(S3Credentials{id, secret, token_var.empty() ? "" : get(env, token_var)});
+  const std::string token = token_var.empty() ? "" : get(env, token_var);
+  WL_RETURN_IF_ERROR(check_secret(id, id_var));
+  WL_RETURN_IF_ERROR(check_secret(secret, secret_var));
+  if (!token.empty()) WL_RETURN_IF_ERROR(check_secret(token, token_var));
+  return std::optional<S3Credentials>(S3Credentials{id, secret, token});
 }
 
 bool dns_compatible(std::string_view bucket) {
@@ -178,8 +182,7 @@ Result<S3Config> resolve_s3_config(std::string_view scheme, const EnvLookup& env
     for (const char* var : {"GOOGLE_OAUTH_ACCESS_TOKEN", "CLOUDSDK_AUTH_ACCESS_TOKEN"}) {
       std::string tok = get(env, var);
       if (tok.empty()) continue;
-      if (tok.find_first_of("\r\n") != std::string::npos)
-        return Status::InvalidArgument(fmt::format("{} holds a line break", var));
+      WL_RETURN_IF_ERROR(check_secret(tok, var));
       c.bearer_token = tok;
       c.credentials_source = fmt::format("OAuth token from the environment ({})", var);
       return c;
@@ -264,8 +267,7 @@ Result<S3Config> resolve_s3_config(std::string_view scheme, const EnvLookup& env
         "~/.aws/credentials, or AWS_NO_SIGN_REQUEST=1 for a public bucket");
   for (const std::string* v :
        {&c.credentials->access_key_id, &c.credentials->secret_access_key, &c.credentials->session_token})
-    if (v->find_first_of("\r\n") != std::string::npos)
-      return Status::InvalidArgument("the credentials (from " + c.credentials_source + ") hold a line break");
+    WL_RETURN_IF_ERROR(check_secret(*v, "the credentials (from " + c.credentials_source + ")"));
   return c;
 }
 
