@@ -20,6 +20,7 @@
 
 #include "mem_env.h"
 #include "weightlift/hub.h"
+#include "weightlift/text.h"
 
 namespace {
 
@@ -113,6 +114,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       for (auto& f : info->files) (void)check_repo_path(f);
     } else {
       WL_FUZZ_CHECK(!info.status().message().empty());
+      WL_FUZZ_CHECK(!has_control_chars(info.status().to_string()));
     }
   } else {
     auto entries = list_repo_tree("org/model", "main", "", true, o);
@@ -122,10 +124,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
           // What the cache builds paths from: never absolute, never "..".
           WL_FUZZ_CHECK(!e.path.empty() && e.path.front() != '/');
           WL_FUZZ_CHECK(("/" + e.path + "/").find("/../") == std::string::npos);
+          WL_FUZZ_CHECK(!has_control_chars(e.path));  // and never a control character
         }
       }
     } else {
       WL_FUZZ_CHECK(!entries.status().message().empty());
+      WL_FUZZ_CHECK(!has_control_chars(entries.status().to_string()));  // what the server sent, inert
     }
   }
   return 0;

@@ -64,6 +64,8 @@ MALFORMED = [
     (b'{"\xff":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', 1),      # not UTF-8
     (b'{"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"b":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 4),
     (b'{"a":{"dtype":"F4","shape":[3],"data_offsets":[0,2]}}', 2),
+    (b'{"a":{"dtype":"U8","dtype":"F32","shape":[1],"data_offsets":[0,4]}}', 4),  # a repeated field
+    (b'{"__metadata__":{"k":"1","k":"2"},"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]}}', 1),  # repeated key
 ]
 
 
@@ -104,6 +106,8 @@ def main():
         write("fuzz_weight_index", f"index-{i}", json.dumps(doc).encode())
     write("fuzz_weight_index", "names", b"model-2-of-10\nmodel-10-of-10\nmodel-007-of-10")
     write("fuzz_weight_index", "not-json", b"{\"weight_map\": {\"a\": \"x\"")
+    write("fuzz_weight_index", "repeated-key",
+          ('{"weight_map": {"a": "%s", "a": "%s"}}' % (s1, s2)).encode())
 
     # Hub answers: byte 0 even = revision endpoint, odd = tree page (Link header, NUL, body).
     sha = "0123456789abcdef0123456789abcdef01234567"
@@ -123,6 +127,9 @@ def main():
         "tree-3": b"\x01\x00" + json.dumps([{"path": "/abs"}, {"path": "a/../b"}, {"path": ""},
                                              {"size": -1, "path": "x"}]).encode(),
         "tree-4": b'\x01\x00{"path":"x"}',
+        "tree-5": b'\x01\x00[{"type":"file","path":"a.json","path":"b.json","size":1}]',  # a repeated key
+        "tree-6": b'\x01\x00' + json.dumps([{"type": "file", "path": "a\x1b[2Jb.json", "size": 1}]).encode(),
+        "rev-4": ('\x00{"sha":"%s","sha":"%s"}' % (sha, sha)).encode(),
     }
     for name, data in hub.items():
         write("fuzz_hub_json", name, data)

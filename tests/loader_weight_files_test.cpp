@@ -112,6 +112,26 @@ TEST(WeightFiles, IndexErrors) {
   EXPECT_NE(none.status().message().find("names none of the"), std::string::npos);
 }
 
+// An index that repeats a key (a tensor mapped to two shards, weight_map
+// twice) means two things to two readers: refused, naming the key.
+TEST(WeightFiles, AnIndexThatRepeatsAKeyIsRefused) {
+  TempDir dir;
+  write_bytes(dir.file("model-00001-of-00002.safetensors"), "x");
+  write_bytes(dir.file("model-00002-of-00002.safetensors"), "x");
+  write_bytes(dir.file("consolidated.safetensors"), "x");
+  for (const char* text :
+       {R"({"weight_map":{"a":"model-00001-of-00002.safetensors","a":"model-00002-of-00002.safetensors"}})",
+        R"({"weight_map":{"a":"consolidated.safetensors"},"weight_map":{"a":"model-00001-of-00002.safetensors"}})",
+        R"({"metadata":{"total_size":1,"total_size":2},"weight_map":{"a":"model-00001-of-00002.safetensors"}})"}) {
+    write_bytes(dir.file("model.safetensors.index.json"), text);
+    auto r = find_weight_files(dir.path());
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_EQ(r.status().code(), Code::kCorruptData) << text;
+    EXPECT_NE(r.status().message().find("duplicate key"), std::string::npos) << r.status().to_string();
+    EXPECT_NE(r.status().file().find("model.safetensors.index.json"), std::string::npos);
+  }
+}
+
 TEST(WeightFiles, SingleFileAndMissingPath) {
   TempDir dir;
   write_bytes(dir.file("w.bin"), "x");

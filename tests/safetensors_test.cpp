@@ -26,10 +26,50 @@ struct Malformed {
 
 std::string zeros(size_t n) { return std::string(n, '\0'); }
 
+uint64_t load_le64_for_test(std::string_view s) {
+  uint64_t v = 0;
+  for (int i = 7; i >= 0; --i) v = (v << 8) | static_cast<unsigned char>(s[i]);
+  return v;
+}
+
 std::string le64(uint64_t v) {
   std::string s(8, '\0');
   for (int i = 0; i < 8; ++i) s[i] = static_cast<char>((v >> (8 * i)) & 0xFF);
   return s;
+}
+
+// Headers that repeat a key: one file must never mean two things (the last
+// value winning here, the first elsewhere). Compact, as writers write them.
+std::vector<Malformed> duplicate_keys() {
+  return {
+      {"entry repeats dtype (safetensors: duplicate field)",
+       st_prefix(R"({"w":{"dtype":"U8","dtype":"F32","shape":[2],"data_offsets":[0,8]}})") + zeros(8),
+       Code::kCorruptData, "repeats the field 'dtype'", "w"},
+      {"entry repeats shape",
+       st_prefix(R"({"w":{"dtype":"F32","shape":[1],"shape":[2],"data_offsets":[0,8]}})") + zeros(8),
+       Code::kCorruptData, "repeats the field 'shape'", "w"},
+      {"entry repeats data_offsets",
+       st_prefix(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,4],"data_offsets":[0,8]}})") + zeros(8),
+       Code::kCorruptData, "repeats the field 'data_offsets'", "w"},
+      {"entry repeats a field it does not need",
+       st_prefix(R"({"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8],"x":1,"x":[2]}})") + zeros(8),
+       Code::kCorruptData, "repeats the field 'x'", "w"},
+      {"__metadata__ repeats a key (safetensors keeps the last)",
+       st_prefix(
+           R"({"__metadata__":{"format":"pt","format":"tf"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") +
+           zeros(8),
+       Code::kCorruptData, "__metadata__ repeats the key 'format'", ""},
+      {"__metadata__ twice",
+       st_prefix(
+           R"({"__metadata__":{"a":"1"},"__metadata__":{"a":"1"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})") +
+           zeros(8),
+       Code::kCorruptData, "duplicate tensor name", "__metadata__"},
+      {"a tensor name twice, the second entry with other bytes (safetensors keeps the last)",
+       st_prefix(
+           R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},"w":{"dtype":"I32","shape":[1],"data_offsets":[4,8]}})") +
+           zeros(8),
+       Code::kCorruptData, "duplicate tensor name", "w"},
+  };
 }
 
 std::vector<Malformed> catalogue() {
@@ -107,6 +147,7 @@ std::vector<Malformed> catalogue() {
        "whole number of bytes", "w"},
       {"truncated header", le64(64) + "{\"w\":{\"dtype\":", Code::kCorruptData, "past the end of the file", ""},
   };
+  for (auto& d : duplicate_keys()) c.push_back(d);
   return c;
 }
 
@@ -128,6 +169,41 @@ TEST(SafetensorsMalformed, EveryCaseIsRejectedWithItsMessage) {
       EXPECT_EQ(f.status().tensor(), m.tensor) << f.status().to_string();
     }
   }
+}
+
+// The two parsers (the compact fast path and the general SAX one) refuse a
+// repeated key alike: the same header with whitespace (which only the general
+// parser reads) gives the same error, and so does every entry of the
+// catalogue written with a space after each ':'.
+TEST(SafetensorsMalformed, RepeatedKeysAreRefusedByBothParsers) {
+  for (const auto& m : duplicate_keys()) {
+    SCOPED_TRACE(m.label);
+    const uint64_t n = load_le64_for_test(m.bytes);
+    const std::string compact = m.bytes.substr(8, n), data = m.bytes.substr(8 + n);
+    std::string spaced;
+    for (char ch : compact) spaced += ch == ':' ? std::string(": ") : std::string(1, ch);
+    for (const std::string& h : {compact, spaced}) {
+      auto r = parse_safetensors_header(h, 8 + h.size() + data.size(), "f.safetensors");
+      ASSERT_FALSE(r.ok()) << h;
+      EXPECT_EQ(r.status().code(), m.code);
+      EXPECT_NE(r.status().message().find(m.message), std::string::npos) << r.status().to_string();
+      EXPECT_EQ(r.status().tensor(), m.tensor) << r.status().to_string();
+    }
+  }
+  // Without the repeat, both read the same header.
+  const std::string ok = R"({"__metadata__":{"format":"pt"},"w":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})";
+  std::string spaced;
+  for (char ch : ok) spaced += ch == ':' ? std::string(": ") : std::string(1, ch);
+  auto a = parse_safetensors_header(ok, 8 + ok.size() + 8, "f");
+  auto b = parse_safetensors_header(spaced, 8 + spaced.size() + 8, "f");
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(a->metadata, b->metadata);
+  ASSERT_EQ(a->tensors.size(), 1u);
+  ASSERT_EQ(b->tensors.size(), 1u);
+  EXPECT_EQ(a->tensors[0].name, b->tensors[0].name);
+  EXPECT_EQ(a->tensors[0].dtype, b->tensors[0].dtype);
+  EXPECT_EQ(a->tensors[0].shape, b->tensors[0].shape);
+  EXPECT_EQ(a->tensors[0].nbytes, b->tensors[0].nbytes);
 }
 
 TEST(SafetensorsMalformed, RandomBytesNeverCrash) {

@@ -10,6 +10,11 @@
 //   - tensors tile the data area in offset order, no gap, no overlap, and end
 //     exactly at the end of the file;
 //   - "__metadata__" is a string-to-string map; duplicate names are rejected.
+// and one step stricter, so that no file means one thing here and another
+// there: a key repeated anywhere in the header is refused (a tensor name,
+// "__metadata__", a field of an entry, known or not, a key inside
+// "__metadata__"), where safetensors refuses a repeated field or
+// "__metadata__" and keeps the last of a repeated tensor name or metadata key.
 // Every error names the file and, where it applies, the tensor.
 //
 // Thread-safety: a SafetensorsFile is immutable after open(); every const

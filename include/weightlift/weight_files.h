@@ -25,7 +25,8 @@ std::vector<std::string> natural_key(std::string_view name);
 // Keeps only the files that the index's weight_map names (a consolidated file
 // beside shards is dropped). No index in `folder`: the list is unchanged.
 // An index entry whose file is missing is kNotFound naming it; a malformed
-// index is kCorruptData.
+// index, or one that repeats a key at any level (a tensor mapped twice), is
+// kCorruptData.
 Result<std::vector<std::string>> filter_duplicate_safetensors_files(const std::vector<std::string>& files,
                                                                     const std::string& folder,
                                                                     std::string_view index_name = kSafetensorsIndexName,

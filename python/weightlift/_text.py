@@ -14,3 +14,14 @@ def inert(text) -> str:
     (userinfo, signatures, tokens in the query) replaced by ***."""
     return _core.inert_text(str(text))
 
+
+def refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:
+    """json.load's object_pairs_hook for documents that decide which bytes are
+    read (a safetensors index): a key repeated in one object is a ValueError,
+    as the engine refuses it, instead of the last value winning silently."""
+    out: dict = {}
+    for k, v in pairs:
+        if k in out:
+            raise ValueError(f"duplicate key {inert(k)!r} in a JSON object")
+        out[k] = v
+    return out

@@ -9,7 +9,7 @@ the same arguments and behaviour (0.34's where it changed):
     DisabledTqdm                              a tqdm that never draws
 
 Headers are read by the engine (no safetensors package needed); the index is
-plain JSON. A leaf: it imports only the ground floor (_core, _log).
+plain JSON. A leaf: it imports only the ground floor (_core, _log, _text).
 """
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from . import _core
 from ._log import log_once, logger
 
 
+from ._text import refuse_duplicate_keys
 def _info_once(msg: str, *args) -> None:
     log_once(logging.INFO, msg, *args)
 
@@ -115,8 +116,8 @@ def filter_mm_encoder_only_safetensors_files(hf_weights_files: list[str], hf_fol
     if not os.path.isfile(index_path):
         _warning_once("mm-encoder-only shard filter skipped: index file %s not found", index_path)
         return hf_weights_files
-    with open(index_path) as f:
-        weight_map: dict[str, str] = json.load(f)["weight_map"]
+    with open(index_path) as f:  # a repeated key is refused, as the engine refuses it
+        weight_map: dict[str, str] = json.load(f, object_pairs_hook=refuse_duplicate_keys)["weight_map"]
     by_file: dict[str, list[str]] = {}
     for weight, file in weight_map.items():
         by_file.setdefault(file, []).append(weight)

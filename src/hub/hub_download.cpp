@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "hub/hub_internal.h"
+#include "util/json_strict.h"
 #include "weightlift/io.h"
 #include "weightlift/progress.h"
 
@@ -75,14 +76,11 @@ Result<json> get_json(HubCtx& c, const std::string& url, const std::string& repo
   req.deadline = deadline;
   WL_ASSIGN_OR_RETURN(HttpResponse r, c.http.request(req));
   if (r.status != 200) return hub_error(r, url, repo_id, revision);
-  try {
-    json j = json::parse(r.body);
-    if (out) *out = std::move(r);
-    return j;
-  } catch (const std::exception& e) {
-    return Status::Corrupt(std::string("malformed JSON from the Hub (") + e.what() + ") for " +
-                           url.substr(0, url.find('?')));
-  }
+  std::string error;
+  auto j = parse_json_strict(r.body, &error);  // a repeated key is refused: one reading of every listing
+  if (!j) return Status::Corrupt("malformed JSON from the Hub (" + error + ") for " + url.substr(0, url.find('?')));
+  if (out) *out = std::move(r);
+  return std::move(*j);
 }
 
 Status write_small_file(Env* env, const std::string& path, const std::string& text) {
@@ -137,8 +135,10 @@ std::string tree_path(const std::string& storage, const std::string& commit) {
 std::optional<Tree> read_tree_cache(Env* env, const std::string& storage, const std::string& commit) {
   auto text = read_file_to_string(tree_path(storage, commit), 256ull << 20, env);
   if (!text.ok()) return std::nullopt;
+  auto parsed = parse_json_strict(*text, nullptr);
+  if (!parsed) return std::nullopt;  // corrupt, repeats a key, or another format: listed again
   try {
-    json j = json::parse(*text);
+    const json& j = *parsed;
     if (!j.is_object() || j.value("format_version", 0) != 1) return std::nullopt;
     Tree t;
     for (const auto& [path, info] : j.at("files").items()) {

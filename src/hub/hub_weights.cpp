@@ -4,6 +4,7 @@
 #include <set>
 
 #include "hub/hub_internal.h"
+#include "util/json_strict.h"
 #include "weightlift/hash.h"
 #include "weightlift/io.h"
 #include "weightlift/weight_files.h"
@@ -50,8 +51,11 @@ Status download_weight_groups(const std::string& model, const std::vector<std::s
   auto from_index = [&](const std::string& index_path) -> Status {
     WL_ASSIGN_OR_RETURN(std::string text, read_file_to_string(index_path, 256ull << 20, hub_env(o)));
     std::set<std::string> wanted;
+    std::string error;
+    auto parsed = parse_json_strict(text, &error);  // a repeated key is refused, not read one way here, another there
+    if (!parsed) return Status::Corrupt("malformed safetensors index: " + error).with_file(index_path);
     try {
-      json j = json::parse(text);
+      const json& j = *parsed;
       for (const auto& [k, v] : j.at("weight_map").items())
         if (v.is_string()) wanted.insert(v.get<std::string>());
     } catch (const std::exception& e) {

@@ -12,6 +12,7 @@
 #include <set>
 
 #include "hub/hub_internal.h"
+#include "util/json_strict.h"
 #include "util/checked.h"
 #include "weightlift/hash.h"
 #include "weightlift/io.h"
@@ -96,8 +97,11 @@ Result<std::vector<MsFile>> list_files(HttpClient& http, const std::vector<std::
     return status_from_response(r, req.url);
   }
   std::vector<MsFile> files;
+  std::string error;
+  auto parsed = parse_json_strict(r.body, &error);  // a repeated key is refused: one reading of the listing
+  if (!parsed) return Status::Corrupt("unexpected ModelScope file list (" + error + ") from " + req.url);
   try {
-    json j = json::parse(r.body);
+    const json& j = *parsed;
     if (j.value("Code", 0) != 200)
       return Status::NotFound("ModelScope error for " + model_id + ": " + j.value("Message", ""));
     const json& list = j.at("Data").at("Files");
@@ -125,8 +129,10 @@ class VerifiedSidecar {
       : env_(env), path_(cache + "/.weightlift/verified/" + sha256_hex(folder) + ".json") {
     auto text = read_file_to_string(path_, 64 << 20, env);
     if (!text.ok()) return;
+    auto parsed = parse_json_strict(*text, nullptr);
+    if (!parsed) return;  // unreadable or a repeated key: every file is hashed once more
     try {
-      json j = json::parse(*text);
+      const json& j = *parsed;
       for (const auto& [rel, e] : j.at("files").items())
         entries_[rel] = {e.at("version").get<std::string>(), e.at("sha256").get<std::string>()};
     } catch (const std::exception&) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "util/json_strict.h"
 #include "weightlift/checkpoint.h"
 
 namespace wl {
@@ -78,9 +79,11 @@ Result<std::vector<std::string>> filter_duplicate_safetensors_files(const std::v
         .with_file(index_path);
   std::string text(index_file->size(), '\0');
   WL_RETURN_IF_ERROR(index_file->read_at(0, std::as_writable_bytes(std::span(text.data(), text.size()))));
-  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
-  if (doc.is_discarded() || !doc.is_object())
-    return Status::Corrupt("index is not a JSON object").with_file(index_path);
+  std::string error;
+  auto parsed = parse_json_strict(text, &error);  // a repeated key (a tensor mapped twice) is refused
+  if (!parsed) return Status::Corrupt("index is not a JSON object: " + error).with_file(index_path);
+  const nlohmann::json& doc = *parsed;
+  if (!doc.is_object()) return Status::Corrupt("index is not a JSON object").with_file(index_path);
   auto wm = doc.find("weight_map");
   if (wm == doc.end() || !wm->is_object())
     return Status::Corrupt("index has no weight_map object").with_file(index_path);

@@ -186,7 +186,7 @@ class CanonicalHeader {
     std::string key;
     for (;;) {
       if (!string(&key) || !eat(':')) return false;
-      if (key == "dtype" && !dtype_seen) {
+      if (key == "dtype" && !dtype_seen) {  // a repeated field falls through to `return false` below
         if (!string(&e->dtype)) return false;
         e->dtype_ok = dtype_seen = true;
       } else if (key == "shape") {
@@ -207,7 +207,7 @@ class CanonicalHeader {
     std::string k, v;
     for (;;) {
       if (!string(&k) || !eat(':') || !string(&v)) return false;
-      h_.metadata.insert_or_assign(k, v);
+      if (!h_.metadata.try_emplace(k, v).second) return false;  // a repeated key: the general parser words it
       if (eat('}')) return true;
       if (!eat(',')) return false;
     }
@@ -221,7 +221,8 @@ class CanonicalHeader {
 // The header in one SAX pass, straight into TensorInfo (no DOM: a header of
 // 12,000 tensors parses in a third of the DOM's time). A JSON syntax error is
 // reported first (the parse runs to the end), then the first bad entry in
-// document order, then a repeated name (found after the pass). (parse() with
+// document order (a repeated field or metadata key is one), then a repeated
+// name (found after the pass). (parse() with
 // a callback would re-scan each parent object at every end_object: quadratic,
 // hours for a header of a million tensors; a SAX pass is linear.)
 class HeaderParser final : public nlohmann::json_sax<json> {
@@ -243,6 +244,8 @@ class HeaderParser final : public nlohmann::json_sax<json> {
         in_meta_ = true;
       } else {
         entry_.clear();
+        fields_seen_ = 0;
+        other_fields_.clear();
         in_entry_ = true;
       }
     }
@@ -291,17 +294,24 @@ class HeaderParser final : public nlohmann::json_sax<json> {
     if (depth_ == 1) {
       name_.assign(k);
       metadata_keys += name_ == kMeta;
+      if (name_ == kMeta && metadata_keys == 2)  // in document order, before its keys look repeated
+        fail(corrupt_tensor(file_, kMeta, "duplicate tensor name in header"));
     } else if (depth_ == 2) {
       field_ = Field::kOther;
       if (in_meta_) {
         meta_key_.assign(k);
-      } else if (k == "dtype") {
+        if (h_.metadata.count(meta_key_))
+          fail(corrupt(file_, fmt::format("__metadata__ repeats the key '{}'", meta_key_)));
+        return true;
+      }
+      if (k == "dtype") {
         field_ = Field::kDtype;
       } else if (k == "shape") {
         field_ = Field::kShape;
       } else if (k == "data_offsets") {
         field_ = Field::kOffsets;
       }
+      if (in_entry_) check_repeated_field(k);
     }
     return true;
   }
@@ -322,7 +332,7 @@ class HeaderParser final : public nlohmann::json_sax<json> {
   bool string(string_t& v) override {
     if (skip_ == 0 && depth_ == 2) {
       if (in_meta_) {
-        h_.metadata.insert_or_assign(std::move(meta_key_), std::move(v));
+        h_.metadata.try_emplace(std::move(meta_key_), std::move(v));  // a repeated key failed in key()
         return true;
       }
       if (in_entry_ && field_ == Field::kDtype) {
@@ -396,6 +406,18 @@ class HeaderParser final : public nlohmann::json_sax<json> {
   void finish_entry() {
     if (bad_entry.ok()) fail(add_entry(h_, file_, name_, entry_));
   }
+  // A field the entry already has (dtype, shape, data_offsets, or one we do not read).
+  void check_repeated_field(const std::string& k) {
+    bool repeated;
+    if (field_ != Field::kOther) {
+      const unsigned bit = 1u << static_cast<unsigned>(field_);
+      repeated = (fields_seen_ & bit) != 0;
+      fields_seen_ |= bit;
+    } else {
+      repeated = !other_fields_.insert(k).second;
+    }
+    if (repeated) fail(corrupt_tensor(file_, name_, fmt::format("the entry repeats the field '{}'", k)));
+  }
 
   SafetensorsHeader& h_;
   std::string_view file_;
@@ -405,9 +427,23 @@ class HeaderParser final : public nlohmann::json_sax<json> {
   std::string meta_key_;  // the current key inside __metadata__
   bool in_meta_ = false, in_entry_ = false;
   Field field_ = Field::kOther;
+  unsigned fields_seen_ = 0;                      // bits of Field: the known fields the entry has had
+  std::unordered_set<std::string> other_fields_;  // the entry's other fields so far
   Entry entry_;
   List* array_ = nullptr;  // the shape / data_offsets array being read
 };
+
+// The general parser's pass over `body` into `h`. Out of line: the fast path's
+// caller stays as small as the fast path needs.
+[[gnu::noinline]] Status parse_general(std::string_view body, std::string_view file, SafetensorsHeader& h,
+                                       int* metadata_keys) {
+  HeaderParser parser(h, file);
+  if (!json::sax_parse(body, &parser) || !parser.syntax_error.empty())
+    return corrupt(file, fmt::format("header is not valid JSON: {}", parser.syntax_error));
+  if (!parser.bad_entry.ok()) return parser.bad_entry;
+  *metadata_keys = parser.metadata_keys;
+  return Status();
+}
 
 }  // namespace
 
@@ -431,11 +467,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::string_view text, uint64
   } else {
     h.tensors.clear();
     h.metadata.clear();
-    HeaderParser parser(h, file);
-    if (!json::sax_parse(body, &parser) || !parser.syntax_error.empty())
-      return corrupt(file, fmt::format("header is not valid JSON: {}", parser.syntax_error));
-    if (!parser.bad_entry.ok()) return parser.bad_entry;
-    metadata_keys = parser.metadata_keys;
+    WL_RETURN_IF_ERROR(parse_general(body, file, h, &metadata_keys));
   }
   if (metadata_keys > 1) return corrupt_tensor(file, "__metadata__", "duplicate tensor name in header");
   {
