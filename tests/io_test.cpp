@@ -1,7 +1,9 @@
 // The I/O seam: full reads in every mode, ranges, O_DIRECT alignment, atomic writes.
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -9,7 +11,10 @@
 
 #include "test_util.h"
 #include "weightlift/io.h"
+#include "weightlift/loader.h"
+#include "weightlift/safetensors.h"
 #include "weightlift/tensor.h"
+#include "weightlift/weight_files.h"
 
 namespace wl {
 namespace {
@@ -137,6 +142,63 @@ TEST(Env, OpenErrorsNameTheFile) {
   ASSERT_EQ(ls->size(), 2u);
   EXPECT_EQ((*ls)[0].name, "a");
   EXPECT_EQ(Env::Default()->list_dir("/no/such").status().code(), Code::kNotFound);
+}
+
+// A weight file that is a FIFO, a socket or a device is refused before it is
+// read (a FIFO used to make ls and load wait for a writer forever), in every
+// mode, directly or through a symlink, with the path and what it is. SIGALRM
+// ends the test process if anything blocks.
+TEST(Env, OnlyRegularFilesAreOpened) {
+  TempDir dir;
+  const std::string fifo = dir.file("fifo.safetensors"), sock = dir.file("sock.safetensors");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0644), 0);
+  int sfd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(sfd, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(sock.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, sock.c_str(), sock.size() + 1);
+  ASSERT_EQ(::bind(sfd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::symlink(fifo.c_str(), dir.file("to-fifo.safetensors").c_str()), 0);
+  ASSERT_EQ(::symlink("/dev/null", dir.file("to-null.safetensors").c_str()), 0);
+  ::alarm(60);
+  struct Case {
+    std::string path, what;
+  };
+  for (const Case& c : {Case{fifo, "a FIFO"}, Case{sock, "a socket"}, Case{dir.file("to-fifo.safetensors"), "a FIFO"},
+                        Case{dir.file("to-null.safetensors"), "a character device"}}) {
+    for (FileMode mode : {FileMode::kMmap, FileMode::kPread, FileMode::kDirect}) {
+      SCOPED_TRACE(c.path);
+      auto f = Env::Default()->open(c.path, {.mode = mode});
+      ASSERT_FALSE(f.ok());
+      EXPECT_EQ(f.status().code(), Code::kInvalidArgument);
+      EXPECT_EQ(f.status().file(), c.path);
+      EXPECT_NE(f.status().message().find(c.what), std::string::npos) << f.status().to_string();
+      EXPECT_NE(f.status().message().find("not a regular file"), std::string::npos) << f.status().to_string();
+    }
+    auto st = SafetensorsFile::open(c.path);
+    ASSERT_FALSE(st.ok());
+    EXPECT_EQ(st.status().file(), c.path);
+    EXPECT_EQ(read_file_to_string(c.path, 1 << 20).status().code(), Code::kInvalidArgument);
+  }
+  // A model folder whose only weight file is a FIFO, and one whose index is: the load names it.
+  TempDir model;
+  ASSERT_EQ(::mkfifo(model.file("model.safetensors").c_str(), 0644), 0);
+  auto wf = find_weight_files(model.path());
+  ASSERT_TRUE(wf.ok()) << wf.status().to_string();
+  auto r = load_files(wf->files, {}, [](LoadedTensor&&) { return Status(); });
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().file(), model.file("model.safetensors"));
+  EXPECT_NE(r.status().message().find("a FIFO"), std::string::npos) << r.status().to_string();
+  TempDir indexed;
+  testing::write_bytes(indexed.file("model-00001-of-00001.safetensors"), "x");
+  ASSERT_EQ(::mkfifo(indexed.file("model.safetensors.index.json").c_str(), 0644), 0);
+  auto idx = find_weight_files(indexed.path());
+  ASSERT_FALSE(idx.ok());
+  EXPECT_EQ(idx.status().file(), indexed.file("model.safetensors.index.json"));
+  EXPECT_NE(idx.status().message().find("a FIFO"), std::string::npos) << idx.status().to_string();
+  ::alarm(0);
+  ::close(sfd);
 }
 
 TEST(AtomicFile, CommitReplacesAndAbandonLeavesOriginal) {

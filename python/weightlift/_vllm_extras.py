@@ -14,9 +14,11 @@ plain JSON. A leaf: it imports only the ground floor (_core, _log, _text).
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
+import stat
 import sys
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -26,9 +28,9 @@ from tqdm.auto import tqdm
 
 from . import _core
 from ._log import log_once, logger
-
-
 from ._text import refuse_duplicate_keys
+
+
 def _info_once(msg: str, *args) -> None:
     log_once(logging.INFO, msg, *args)
 
@@ -102,6 +104,23 @@ def resolve_mm_encoder_only_lm_prefixes(language_model_names: Iterable[str] | No
     return prefixes
 
 
+def _open_regular(path, mode: str = "rb"):
+    """`path` opened only if it is a regular file (after symlinks): a FIFO,
+    socket or device is an OSError naming it, never waited on (stat first, then
+    a non-blocking open whose own fstat decides), as the engine opens files."""
+    if not stat.S_ISREG(os.stat(path).st_mode):
+        raise OSError(errno.EINVAL, "not a regular file: refusing to read it", os.fspath(path))
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, "not a regular file: refusing to read it", os.fspath(path))
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def filter_mm_encoder_only_safetensors_files(hf_weights_files: list[str], hf_folder: str, index_file: str,
                                              language_model_prefixes: Iterable[str], *,
                                              weights_mapper=None) -> list[str]:
@@ -116,7 +135,7 @@ def filter_mm_encoder_only_safetensors_files(hf_weights_files: list[str], hf_fol
     if not os.path.isfile(index_path):
         _warning_once("mm-encoder-only shard filter skipped: index file %s not found", index_path)
         return hf_weights_files
-    with open(index_path) as f:  # a repeated key is refused, as the engine refuses it
+    with _open_regular(index_path, "r") as f:  # a repeated key is refused, as the engine refuses it
         weight_map: dict[str, str] = json.load(f, object_pairs_hook=refuse_duplicate_keys)["weight_map"]
     by_file: dict[str, list[str]] = {}
     for weight, file in weight_map.items():
@@ -186,7 +205,7 @@ def drop_checkpoint_cache(model_name_or_path: str, revision: str | None = None,
         released = 0
         for path in folder.glob("*.safetensors"):
             try:
-                with path.open("rb") as f:
+                with _open_regular(path) as f:
                     os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
             except OSError as e:
                 logger.warning("Could not release checkpoint page cache for %s: %s", path, e)

@@ -368,6 +368,42 @@ class PosixFileLock final : public FileLock {
   UniqueFd fd_;
 };
 
+// What a file that is not a regular one is, for the message refusing it.
+const char* file_type_name(mode_t m) {
+  if (S_ISDIR(m)) return "a directory";
+  if (S_ISFIFO(m)) return "a FIFO (named pipe)";
+  if (S_ISSOCK(m)) return "a socket";
+  if (S_ISCHR(m)) return "a character device";
+  if (S_ISBLK(m)) return "a block device";
+  return "not a regular file";
+}
+
+Status not_regular(const std::string& path, mode_t m) {
+  if (S_ISDIR(m)) return Status::InvalidArgument("is a directory, not a file").with_file(path);
+  return Status::InvalidArgument(
+             fmt::format("is {}, not a regular file: refusing to read it (a weight file must be a regular file)",
+                         file_type_name(m)))
+      .with_file(path);
+}
+
+// `path` opened for reading only if it is a regular file (after symlinks).
+// stat() first, so a FIFO, socket or device is never opened at all; then the
+// open itself is non-blocking (a FIFO swapped in after the stat cannot make it
+// wait for a writer) and fstat() of the descriptor decides, on the object
+// actually opened. The descriptor is returned blocking again.
+Result<UniqueFd> open_regular(const std::string& path, int flags) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && !S_ISREG(st.st_mode)) return not_regular(path, st.st_mode);
+  UniqueFd fd(::open(path.c_str(), flags | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd) return Status::FromErrno(errno, "cannot open").with_file(path);
+  if (::fstat(fd.get(), &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(path);
+  if (!S_ISREG(st.st_mode)) return not_regular(path, st.st_mode);
+  const int fl = ::fcntl(fd.get(), F_GETFL);
+  if (fl < 0 || ::fcntl(fd.get(), F_SETFL, fl & ~O_NONBLOCK) != 0)
+    return Status::FromErrno(errno, "cannot make the descriptor blocking").with_file(path);
+  return fd;
+}
+
 class PosixEnv final : public Env {
  public:
   Result<std::unique_ptr<FileLock>> open_lock(const std::string& path, unsigned mode) override {
@@ -398,12 +434,10 @@ class PosixEnv final : public Env {
   }
 
   Result<std::shared_ptr<RandomAccessFile>> open(const std::string& path, const OpenOptions& options) override {
-    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return Status::FromErrno(errno, "cannot open").with_file(path);
-    UniqueFd owned(fd);
+    WL_ASSIGN_OR_RETURN(UniqueFd owned, open_regular(path, O_RDONLY));
+    const int fd = owned.get();
     struct stat st {};
     if (::fstat(fd, &st) != 0) return Status::FromErrno(errno, "cannot stat").with_file(path);
-    if (S_ISDIR(st.st_mode)) return Status::InvalidArgument("is a directory, not a file").with_file(path);
     uint64_t size = static_cast<uint64_t>(st.st_size);
     std::string version = stat_version(st);
     if (!options.expect_version.empty() && options.expect_version != version)
@@ -426,12 +460,15 @@ class PosixEnv final : public Env {
       case FileMode::kPread:
         return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), size, version));
       case FileMode::kDirect: {
-        int dfd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
-        if (dfd < 0) {  // tmpfs and some FUSE filesystems refuse O_DIRECT: buffered instead
+        // Opened again by path: the same file or none (a FIFO put there since cannot make it hang).
+        auto direct = open_regular(path, O_RDONLY | O_DIRECT);
+        struct stat dst {};
+        if (!direct.ok() || ::fstat(direct->get(), &dst) != 0 || dst.st_dev != st.st_dev ||
+            dst.st_ino != st.st_ino) {  // tmpfs and some FUSE filesystems refuse O_DIRECT: buffered instead
           return std::shared_ptr<RandomAccessFile>(std::make_shared<PosixFile>(path, std::move(owned), size, version));
         }
         return std::shared_ptr<RandomAccessFile>(
-            std::make_shared<DirectFile>(path, UniqueFd(dfd), std::move(owned), size, version));
+            std::make_shared<DirectFile>(path, std::move(*direct), std::move(owned), size, version));
       }
     }
     return Status::Internal("unknown file mode");

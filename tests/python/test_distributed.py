@@ -337,12 +337,14 @@ def test_mpi_failures_fail_every_rank(model, tmp_path):
     # mpirun names the signal, or (when rank 0 noticed first and exited) the non-zero exit.
     assert "signal 9" in out or "non-zero exit code" in out, out
     assert time.monotonic() - t0 < 60
-    # A rank that hangs (its weight file is a FIFO nobody writes): the others time out and abort the job.
-    hung = tmp_path / "hung"
-    hung.mkdir()
-    os.mkfifo(hung / "model.safetensors")
-    t0 = time.monotonic()
-    rc, out, ranks = with_alt(hung, "--dist-timeout", "3")
+    # A rank that hangs (its weight file is on a server that accepts and never answers; a FIFO is
+    # refused at once now): the others time out and abort the job.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        hung = "http://127.0.0.1:%d/model.safetensors" % silent.getsockname()[1]
+        t0 = time.monotonic()
+        rc, out, ranks = with_alt(hung, "--dist-timeout", "3")
     assert rc != 0
     assert "did not answer within 3000 ms" in ranks[0][1], ranks[0][1]
     assert "aborting the MPI job" in ranks[0][1]
