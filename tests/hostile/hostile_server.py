@@ -20,7 +20,8 @@ Run: hostile_server.py --port-file FILE [--parent-pid PID]
 (writes "MAIN OTHER SILENT\\n" to FILE once listening; stops on SIGTERM, or
 when the parent is gone, or after an hour).
 Hook: GET /_wl/log on the main port returns the request log as JSON
-(method, path, Authorization header, port name) and clears it.
+(method, path, Authorization header, every header's name, port name) and
+clears it.
 """
 import argparse
 import hashlib
@@ -52,6 +53,9 @@ def safetensors(tensors):
 
 
 MODEL = safetensors([("small", 16), ("big", BIG)])
+# MODEL's header is 128 bytes: its first byte, 0x80, is also a pickle's, and a URL
+# with a query is sniffed (no extension to go by). This one's is not.
+PRESIGNED_MODEL = safetensors([("w", 16)])
 HEADER_END = 8 + struct.unpack("<Q", MODEL[:8])[0]
 BIG_START = HEADER_END + 16
 
@@ -127,7 +131,8 @@ class State:
         with self.lock:
             if len(self.log) < 10000:
                 self.log.append({"port": port_name, "method": handler.command, "path": handler.path,
-                                 "auth": handler.headers.get("Authorization", "")})
+                                 "auth": handler.headers.get("Authorization", ""),
+                                 "headers": [k.lower() for k in handler.headers.keys()]})
 
     def next(self):
         with self.lock:
@@ -290,6 +295,8 @@ def make_handler(state, port_name):
                 return self.ranged(HUGE_PREFIX, size=HUGE_SIZE)
             if case == "ok":
                 return self.ranged(MODEL)
+            if case == "presigned":  # read without its extension (a query follows): its header is not 128 bytes
+                return self.ranged(PRESIGNED_MODEL)
             if case == "trickle":
                 return self.trickle(MODEL)
             self.send(404)
@@ -450,6 +457,11 @@ def make_handler(state, port_name):
                     pass
                 return
             if rest.startswith("api/models/org/m/revision/"):
+                if case == "dupkey-revision":  # two commits: which one is it?
+                    body = '{"sha":"%s","sha":"%s","siblings":[]}' % (COMMIT, "1" * 40)
+                    return self.send(200, body.encode(), {"Content-Type": "application/json"})
+                if case == "error-esc":  # a failing Hub whose error names carry ESC and BEL
+                    return self.json(500, {"error": "down" + ESC_BEL}, {"X-Error-Message": "down" + ESC_BEL})
                 return self.json(200, {"sha": COMMIT, "siblings": [{"rfilename": "config.json"},
                                                                   {"rfilename": "model.safetensors"}]})
             if rest.startswith("api/models/org/m/tree/"):
@@ -462,6 +474,17 @@ def make_handler(state, port_name):
         def hub_tree(self, case, query):
             cursor = int(query.get("cursor", ["0"])[0] or 0)
             base = "http://127.0.0.1:%d/hub/%s/api/models/org/m/tree/main" % (state.ports["main"], case)
+            if case.startswith("ctlname-"):  # a file name holding a control character (CTL_CHARS)
+                e = {"type": "file", "oid": git_sha1(CONFIG), "size": len(CONFIG),
+                     "path": "a%sb.json" % CTL_CHARS[case[len("ctlname-"):]]}
+                return self.json(200, [e] + self.hub_entries())
+            if case == "link-esc":  # the next page on another host, its URL holding ESC and BEL
+                return self.json(200, self.hub_entries(),
+                                 {"Link": '<http://evil.example%s/tree?cursor=1>; rel="next"' % ESC_BEL})
+            if case == "dupkey-tree":  # an entry that names two paths: which one is it?
+                body = ('[{"type":"file","oid":"%s","size":%d,"path":"config.json","path":"model.safetensors"}]'
+                        % (git_sha1(CONFIG), len(CONFIG)))
+                return self.send(200, body.encode(), {"Content-Type": "application/json"})
             if case == "tree-endless":  # empty pages, each linking to a new cursor
                 return self.json(200, [], {"Link": '<%s?cursor=%d>; rel="next"' % (base, cursor + 1)})
             if case == "tree-endless-entries":  # one new entry a page, forever
@@ -469,10 +492,12 @@ def make_handler(state, port_name):
                 return self.json(200, [e], {"Link": '<%s?cursor=%d>; rel="next"' % (base, cursor + 1)})
             if case == "mirror-nohash":  # a listing that vouches for nothing
                 return self.json(200, [{"type": "file", "oid": "", "size": len(MODEL), "path": "model.safetensors"}])
-            entries = [{"type": "file", "oid": git_sha1(CONFIG), "size": len(CONFIG), "path": "config.json"},
-                       {"type": "file", "oid": git_sha1(MODEL), "size": len(MODEL), "path": "model.safetensors",
-                        "lfs": {"oid": hashlib.sha256(MODEL).hexdigest(), "size": len(MODEL), "pointerSize": 134}}]
-            self.json(200, entries)
+            self.json(200, self.hub_entries())
+
+        def hub_entries(self):
+            return [{"type": "file", "oid": git_sha1(CONFIG), "size": len(CONFIG), "path": "config.json"},
+                    {"type": "file", "oid": git_sha1(MODEL), "size": len(MODEL), "path": "model.safetensors",
+                     "lfs": {"oid": hashlib.sha256(MODEL).hexdigest(), "size": len(MODEL), "pointerSize": 134}}]
 
         def hub_resolve(self, case, fname):
             common = {"X-Repo-Commit": COMMIT}
@@ -487,6 +512,10 @@ def make_handler(state, port_name):
                            "dict": "dict://127.0.0.1:%d/d:x" % state.ports["silent"]}
                 if scheme in targets:
                     return self.redirect(targets[scheme], lfs)
+            if case == "etag-esc" and fname == "model.safetensors":  # an ETag that is a terminal sequence
+                return self.redirect(other + "/blob/model.safetensors", dict(lfs, **{"X-Linked-Etag": ESC_BEL}))
+            if case == "location-esc" and fname == "model.safetensors":  # a non-http Location holding ESC and BEL
+                return self.redirect("file:///etc/passwd" + ESC_BEL, lfs)
             if case == "redirect-loop" and fname == "model.safetensors":
                 return self.redirect(other + "/back/hub/redirect-loop/org/m/resolve/main/model.safetensors", lfs)
             if case == "linked-size" and fname == "model.safetensors":
@@ -496,9 +525,9 @@ def make_handler(state, port_name):
                                      dict(lfs, **{"X-Linked-Size": "9000000000000000000"}))
             # An HF-compatible mirror whose ETag is no hash while its tree lists the real lfs.oid; "-good"
             # serves the model's bytes, the others other bytes of the right length from its CDN.
-            mirror_etags = {"mirror-md5": hashlib.md5(MODEL).hexdigest(), "mirror-md5-good": hashlib.md5(MODEL).hexdigest(),
-                            "mirror-multipart": hashlib.md5(MODEL).hexdigest() + "-2", "mirror-63hex": sha[:63],
-                            "mirror-nohash": hashlib.md5(MODEL).hexdigest()}
+            md5 = hashlib.md5(MODEL).hexdigest()
+            mirror_etags = {"mirror-md5": md5, "mirror-md5-good": md5, "mirror-multipart": md5 + "-2",
+                            "mirror-63hex": sha[:63], "mirror-nohash": md5}
             if case in mirror_etags and fname == "model.safetensors":
                 blob = "model.safetensors" if case == "mirror-md5-good" else "other-model.safetensors"
                 return self.redirect(other + "/blob/" + blob, dict(common, **{"ETag": '"%s"' % mirror_etags[case],
@@ -528,7 +557,9 @@ def make_handler(state, port_name):
         # ---- ModelScope
         def modelscope(self, case, rest, query):
             """ok: the model; stale: the model updated upstream (other bytes, same size); wrong-bytes: listed
-            as the model, serves other bytes; size-<n>: the listing's Size is n (2^62, 1e15, -1)."""
+            as the model, serves other bytes; size-<n>: the listing's Size is n (2^62, 1e15, -1); message-esc:
+            the server's Message is a terminal sequence; ctlname: a Path holding one; dupkey: a file listed
+            with two Paths."""
             if not rest.startswith("api/v1/models/org/m/repo"):
                 return self.json(404, {"Code": 404, "Message": "no such model"})
             data = OTHER_MODEL if case in ("stale", "wrong-bytes") else MODEL
@@ -537,10 +568,18 @@ def make_handler(state, port_name):
             if case.startswith("size-"):
                 size = {"size-2p62": 1 << 62, "size-1e15": 10 ** 15, "size-neg": -1}[case]
             if rest.endswith("repo/files"):
+                if case == "message-esc":
+                    return self.json(200, {"Code": 403, "Message": "denied" + ESC_BEL})
+                if case == "dupkey":
+                    body = ('{"Code":200,"Data":{"Files":[{"Path":"config.json","Path":"evil.json","Type":"blob",'
+                            '"Size":%d}]}}' % len(CONFIG))
+                    return self.send(200, body.encode(), {"Content-Type": "application/json"})
                 files = [{"Path": "model.safetensors", "Type": "blob", "Size": size,
                           "Sha256": hashlib.sha256(listed).hexdigest()},
                          {"Path": "config.json", "Type": "blob", "Size": len(CONFIG),
                           "Sha256": hashlib.sha256(CONFIG).hexdigest()}]
+                if case == "ctlname":
+                    files.append({"Path": "a%sb.json" % ESC_BEL, "Type": "blob", "Size": 2, "Sha256": "0" * 64})
                 return self.json(200, {"Code": 200, "Data": {"Files": files}})
             path = query.get("FilePath", [""])[0]
             if path == "config.json":
@@ -550,6 +589,11 @@ def make_handler(state, port_name):
             self.json(404, {"Code": 404, "Message": "no such file"})
 
     return Handler
+
+
+# Text a hostile server puts where a name or a message goes.
+ESC_BEL = "\x1b]0;pwned\x07\x1b[2J"
+CTL_CHARS = {"lf": "\n", "cr": "\r", "tab": "\t", "esc": "\x1b", "del": "\x7f", "c1": "\x9b"}
 
 
 class QuietServer(ThreadingHTTPServer):
