@@ -74,7 +74,7 @@ int run_url_download(const DownloadArgs& a) {
     if (r->unverified.size() > 5) some += fmt::format(", ... ({} more)", r->unverified.size() - 5);
     std::fprintf(stderr, "weightlift: %zu file%s NOT verified (the source vouches for no hash of %s): %s\n",
                  r->unverified.size(), r->unverified.size() == 1 ? "" : "s", r->unverified.size() == 1 ? "it" : "them",
-                 some.c_str());
+                 inert(some).c_str());
   }
   std::printf("%s\n", a.dir.c_str());
   return 0;

@@ -26,7 +26,7 @@ Result<std::vector<std::string>> weight_files_of(const std::vector<std::string>&
     HubOptions hub;
     if (offline) hub.offline = true;
     hub.log = [](const std::string& line) {  // warnings only: a file no source vouches for, say
-      if (line.starts_with("warning: ")) std::fprintf(stderr, "weightlift: %s\n", line.c_str());
+      if (line.starts_with("warning: ")) std::fprintf(stderr, "weightlift: %s\n", inert(line).c_str());
     };
     // A URL (s3://, gs://, http(s)://) is never a Hub repository: its own source reports what is wrong.
     if (sources && !is_url(path) && !Env::Default()->exists(path)) {

@@ -12,8 +12,8 @@
 #include <set>
 
 #include "hub/hub_internal.h"
-#include "util/json_strict.h"
 #include "util/checked.h"
+#include "util/json_strict.h"
 #include "weightlift/hash.h"
 #include "weightlift/io.h"
 
