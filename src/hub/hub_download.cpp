@@ -521,7 +521,6 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
   if (hub_offline(o)) return offline_plan(Status());
   // The commit (a commit hash needs no lookup), then its tree listing (cached per commit).
   std::string commit = is_commit_hash(revision) ? revision : "";
-  Result<Tree> tree = Status::Internal("not listed");
   if (commit.empty()) {
     auto info = repo_info(repo_id, revision, o);
     if (!info.ok()) {
@@ -531,7 +530,7 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
     }
     commit = info->sha;
   }
-  tree = fetch_tree(c, repo_id, commit);
+  Result<Tree> tree = fetch_tree(c, repo_id, commit);
   if (!tree.ok()) {
     const Status& st = tree.status();
     if (st.message().starts_with("revision not found") || st.code() == Code::kCorruptData ||
