@@ -333,6 +333,40 @@ TEST_F(FakeGpu, StreamShardedDeviceLoadsEqualShardedHostLoads) {
   EXPECT_EQ(stats().slot_overwrites.load(), 0u);
 }
 
+// The device memory of a load is freed by cudaFree when its last view goes,
+// and cudaFree waits for the work queued on it: a tensor read on another
+// stream (safetensors' prefetch hands tensors out to the consumer's current
+// stream) may be dropped while that read is still queued.
+TEST_F(FakeGpu, StreamFreeOfTheLastViewWaitsForCopiesQueuedOnIt) {
+  install({.copy_delay = std::chrono::milliseconds(30)});
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  auto want = load_all(files, {});
+  ASSERT_TRUE(want.ok());
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+  ASSERT_TRUE(dest.ok());
+  LoadOptions o;
+  o.strategy = Strategy::kStream;
+  o.destination = dest->get();
+  std::optional<TensorView> big;
+  auto r = load_files(files, o, [&](LoadedTensor&& t) {
+    if (t.name == "a.big") big = std::move(t.view);
+    return Status();
+  });
+  ASSERT_TRUE(r.ok()) << r.status().to_string();
+  dest->reset();  // the view alone holds the load's device memory now
+  ASSERT_TRUE(big && big->nbytes() == (*want)["a.big"].size());
+  const auto& rt = gpu::backend().api().rt;
+  void* consumer = nullptr;
+  ASSERT_EQ(rt.streamCreateWithFlags(&consumer, kCudaStreamNonBlocking), 0);
+  std::string host(big->nbytes(), '\0');
+  ASSERT_EQ(rt.memcpyAsync(host.data(), big->data(), big->nbytes(), kCudaMemcpyDeviceToHost, consumer), 0);
+  big.reset();  // cudaFree, the copy still queued behind the delay
+  EXPECT_EQ(stats().device_live.load(), 0);
+  EXPECT_TRUE(host == (*want)["a.big"]);  // it ran before the free returned: no synchronize was needed
+  EXPECT_EQ(rt.streamDestroy(consumer), 0);
+}
+
 TEST_F(FakeGpu, StreamPinnedAndCallerDestinations) {
   TempDir dir;
   auto files = make_checkpoint(dir);

@@ -34,6 +34,9 @@ struct Alloc {
   bool device = false;
   int index = 0;
   bool registered = false;  // the caller's memory, page-locked by cudaHostRegister
+  // Device memory: asynchronous copies queued on it that have not run yet
+  // (cudaFree waits for them, as the real one waits for the device's work).
+  std::shared_ptr<std::atomic<int64_t>> queued = std::make_shared<std::atomic<int64_t>>(0);
 };
 
 // All of the fake's state: one instance per make_api().
@@ -82,10 +85,20 @@ struct State {
     Alloc* a = find(p, n, &base);
     return a && a->registered;
   }
+  // The queued-copy count of the device allocation holding p, or null.
+  std::shared_ptr<std::atomic<int64_t>> queued_on(const void* p) {
+    std::shared_lock lk(mu);
+    uintptr_t base = 0;
+    Alloc* a = find(p, 1, &base);
+    return a && a->device ? a->queued : nullptr;
+  }
 };
 
 State* g_state = nullptr;
 std::mutex g_state_mu;
+// A stream ran a copy out of or into device memory (device_free waits on it).
+std::mutex g_ran_mu;
+std::condition_variable g_ran_cv;
 Stats g_stats;
 thread_local int t_device = 0;
 
@@ -126,6 +139,7 @@ struct Op {
   bool fail = false;
   Event* event = nullptr;
   uint64_t generation = 0;
+  std::shared_ptr<std::atomic<int64_t>> uses[2];  // the device allocations it reads or writes
 };
 
 class Stream {
@@ -163,10 +177,11 @@ class Stream {
         if (S().o.copy_delay.count() > 0) std::this_thread::sleep_for(S().o.copy_delay);
         if (op.fail) {
           if (!error) error = kIllegalAddress;
-          continue;
+        } else {
+          if (digest(op.src, op.n) != op.src_digest) g_stats.slot_overwrites++;
+          std::memcpy(op.dst, op.src, op.n);
         }
-        if (digest(op.src, op.n) != op.src_digest) g_stats.slot_overwrites++;
-        std::memcpy(op.dst, op.src, op.n);
+        ran(op);
         continue;
       }
       std::lock_guard lk(op.event->mu);
@@ -177,6 +192,15 @@ class Stream {
       error = 0;
       op.event->cv.notify_all();
     }
+  }
+
+  static void ran(const Op& op) {
+    bool device = false;
+    for (auto& u : op.uses)
+      if (u) device = true, u->fetch_sub(1);
+    if (!device) return;
+    { std::lock_guard lk(g_ran_mu); }
+    g_ran_cv.notify_all();
   }
 
   std::mutex mu_;
@@ -222,6 +246,11 @@ int device_malloc(void** out, size_t n) {
 int device_free(void* p) {
   if (!p) return 0;
   State& s = S();
+  // cudaFree synchronizes: copies still queued on this memory run first.
+  if (auto queued = s.queued_on(p)) {
+    std::unique_lock lk(g_ran_mu);
+    g_ran_cv.wait(lk, [&] { return queued->load() == 0; });
+  }
   std::unique_lock lk(s.mu);
   auto it = s.allocs.find(reinterpret_cast<uintptr_t>(p));
   if (it == s.allocs.end() || !it->second.device) return kCudaErrorInvalidValue;
@@ -331,6 +360,10 @@ int memcpy_async(void* dst, const void* src, size_t n, int kind, void* stream) {
   op.n = n;
   op.src_digest = digest(sp, n);
   op.fail = S().copy_index++ == S().o.fail_copy_at;
+  op.uses[0] = S().queued_on(dst);
+  op.uses[1] = S().queued_on(src);
+  for (auto& u : op.uses)
+    if (u) u->fetch_add(1);
   g_stats.async_copies++;
   g_stats.async_bytes += n;
   static_cast<Stream*>(stream)->push(op);

@@ -3,7 +3,9 @@
 // run unchanged in CPU-only CI, under ASan and TSan:
 //   device memory  host memory behind addresses that are not canonical
 //                  (0x1000'...'): any host access to "device" memory faults,
-//                  and every copy is bounds-checked against its allocation
+//                  and every copy is bounds-checked against its allocation;
+//                  cudaFree waits for the copies still queued on the memory
+//                  (the real one synchronizes the device)
 //   pinned memory  page-aligned host memory, registered as pinned
 //   streams        one thread each, running copies and event records in order
 //   events         generation counters with a condition variable
