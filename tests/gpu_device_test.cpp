@@ -333,6 +333,78 @@ TEST_F(FakeGpu, StreamShardedDeviceLoadsEqualShardedHostLoads) {
   EXPECT_EQ(stats().slot_overwrites.load(), 0u);
 }
 
+// LoadOptions::rows (safetensors' prefetch plans): only the rows asked for are
+// read, copied and allocated, into a device as into the host; the shapes say so.
+TEST_F(FakeGpu, StreamRowSelectionsReadOnlyThoseRows) {
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  auto whole = load_all(files, {});
+  ASSERT_TRUE(whole.ok());
+  LoadOptions host;
+  host.strategy = Strategy::kLazy;
+  host.rows = {{"a.big", {7, 107}}, {"b.rows", {0, 0}}, {"c.wide", {3, 8}}, {"c.last", {4, 5}}};
+  auto want = load_all(files, host);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  EXPECT_EQ((*want)["a.big"], (*whole)["a.big"].substr(7 * 257 * 4, 100 * 257 * 4));
+  EXPECT_EQ((*want)["b.rows"], "");
+  EXPECT_EQ((*want)["c.wide"], (*whole)["c.wide"].substr(3 * 40000 * 4));
+  EXPECT_EQ((*want)["c.last"], (*whole)["c.last"].substr(4 * 5 * 4));
+  EXPECT_EQ((*want)["a.tiny"], (*whole)["a.tiny"]);  // not named: whole
+  auto dest = gpu::cuda_destination({DeviceKind::kCuda, 0}, {.gds = Toggle::kOff});
+  ASSERT_TRUE(dest.ok());
+  LoadOptions o = host;
+  o.strategy = Strategy::kStream;
+  o.destination = dest->get();
+  std::map<std::string, std::pair<Shape, Shape>> shapes;  // delivered, in the file
+  auto got = load_files(files, o, [&](LoadedTensor&& t) {
+    shapes[t.name] = {t.view.shape(), t.full_shape};
+    return Status();
+  });
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(shapes["a.big"].first, (Shape{100, 257}));
+  EXPECT_EQ(shapes["a.big"].second, (Shape{300, 257}));
+  EXPECT_EQ(shapes["c.wide"].first, (Shape{5, 40000}));
+  EXPECT_EQ(shapes["b.rows"].first, (Shape{0, 96}));
+  // Only the planned bytes went to the device: the selected rows and the tensors not named
+  // (each rounded up to the arena's 256-byte alignment).
+  uint64_t planned = 0;
+  for (auto& [name, bytes] : *want) planned += bytes.size();
+  EXPECT_GE((*dest)->allocated_bytes(), planned);
+  EXPECT_LT((*dest)->allocated_bytes(), planned + 256 * want->size());
+  auto back = load_back(files, o);
+  ASSERT_TRUE(back.ok()) << back.status().to_string();
+  EXPECT_EQ(*back, *want);
+  dest->reset();  // the destination holds its last arena
+  EXPECT_EQ(stats().device_live.load(), 0);
+}
+
+TEST_F(FakeGpu, StreamRowSelectionsOutsideTheTensorFailBeforeReading) {
+  TempDir dir;
+  auto files = make_checkpoint(dir);
+  struct Case {
+    std::map<std::string, RowRange, std::less<>> rows;
+    std::vector<std::string> rules;
+    const char* says;
+  } cases[] = {
+      {{{"a.big", {290, 301}}}, {}, "slice [290, 301) is outside dim 0 of shape [300, 257]"},
+      {{{"a.big", {5, 2}}}, {}, "outside dim 0"},
+      {{{"b.rows", {0, 4}}}, {"*.rows:1"}, "a row selection and the shard rule '*.rows:1' both apply"},
+  };
+  for (const Case& c : cases) {
+    LoadOptions o;
+    o.strategy = Strategy::kStream;
+    o.rows = c.rows;
+    for (auto& r : c.rules) o.shard_rules.push_back(*parse_shard_rule(r));
+    if (!c.rules.empty()) o.tp_size = 2;
+    uint64_t handed = 0;
+    auto r = load_files(files, o, [&](LoadedTensor&&) { return ++handed, Status(); });
+    ASSERT_FALSE(r.ok()) << c.says;
+    EXPECT_EQ(r.status().code(), Code::kInvalidArgument);
+    EXPECT_NE(r.status().to_string().find(c.says), std::string::npos) << r.status().to_string();
+    EXPECT_EQ(handed, 0u);
+  }
+}
+
 // The device memory of a load is freed by cudaFree when its last view goes,
 // and cudaFree waits for the work queued on it: a tensor read on another
 // stream (safetensors' prefetch hands tensors out to the consumer's current

@@ -130,5 +130,26 @@ TEST(Shard, SliceLayoutsAnyDim) {
   EXPECT_NE(slice_layout(DType::F32, Shape{4}, 2, 0, 1).status().message().find("out of range"), std::string::npos);
 }
 
+TEST(Shard, SliceLayoutsOfSubByteDtypesNeedWholeBytesPerStep) {
+  // F4 [4, 8]: a row is 8 values of 4 bits, 4 bytes; rows [1, 3) are bytes [4, 12).
+  auto l = *slice_layout(DType::F4, Shape{4, 8}, 0, 1, 2);
+  EXPECT_EQ(l.shape, (Shape{2, 8}));
+  EXPECT_EQ(l.outer, 1u);
+  EXPECT_EQ(l.run, 8u);
+  EXPECT_EQ(l.first, 4u);
+  EXPECT_EQ(l.nbytes, 8u);
+  // F6 [4, 4]: a row is 24 bits, 3 bytes.
+  EXPECT_EQ(slice_layout(DType::F6_E2M3, Shape{4, 4}, 0, 2, 2)->first, 6u);
+  // A step that is not whole bytes: F4 rows of an odd width, F4 columns.
+  for (auto [shape, dim] : {std::pair{Shape{4, 3}, 0}, std::pair{Shape{4, 8}, 1}}) {
+    auto bad = slice_layout(DType::F4, shape, dim, 0, 1);
+    ASSERT_FALSE(bad.ok());
+    EXPECT_NE(bad.status().message().find("not whole bytes"), std::string::npos) << bad.status().message();
+  }
+  // Sharding sub-byte tensors stays refused (a rank's part is not a row range the caller chose).
+  EXPECT_NE(shard_layout(DType::F4, Shape{4, 8}, 0, 0, 2).status().message().find("narrower than a byte"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace wl

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -108,6 +109,13 @@ struct LoadOptions {
 
   // When set, only tensors it accepts are planned (the others are never read).
   std::function<bool(std::string_view name)> select;
+  // Row selections: a tensor named here is read and handed over as rows
+  // [begin, end) of its first dimension (shape[0] = end - begin), those bytes
+  // alone, as a shard rule along dim 0 reads a rank's part (safetensors'
+  // prefetch plans). Rows outside the dimension, a 0-d tensor, or a tensor a
+  // shard rule also matches fail the load before anything is read
+  // (kInvalidArgument naming it). Empty: every tensor whole.
+  std::map<std::string, RowRange, std::less<>> rows;
 
   // Distributed loading (not owned): the ranks of `collective` read the
   // checkpoint once in total and exchange over it (docs/distributed.md).

@@ -34,6 +34,11 @@ Result<ShardRule> parse_shard_rule(std::string_view text);
 // The first rule whose pattern matches `name`, else nullptr.
 const ShardRule* find_shard_rule(std::span<const ShardRule> rules, std::string_view name);
 
+// Rows [begin, end) of a tensor's first dimension (LoadOptions::rows).
+struct RowRange {
+  int64_t begin = 0, end = 0;
+};
+
 // The bytes rank `rank` of `world` reads of a row-major tensor split along `dim`.
 struct ShardLayout {
   int dim = 0;          // normalized, >= 0
@@ -51,7 +56,8 @@ struct ShardLayout {
 Result<ShardLayout> shard_layout(DType dtype, std::span<const int64_t> shape, int dim, int64_t rank, int64_t world);
 // The bytes of [start, start+length) along `dim` (any dim; the runs as above).
 // kInvalidArgument for a dim out of range, a range outside the dim, or a
-// dtype narrower than a byte.
+// step along `dim` that is not a whole number of bytes (a dtype narrower than
+// a byte whose later dims do not make one up: F4 rows of an even width pass).
 Result<ShardLayout> slice_layout(DType dtype, std::span<const int64_t> shape, int dim, int64_t start, int64_t length);
 
 }  // namespace wl

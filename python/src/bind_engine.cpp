@@ -22,6 +22,7 @@
 
 #include <fmt/format.h>
 #include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/set.h>
@@ -117,6 +118,16 @@ struct PyLoadOptions {
   void set_experts(std::optional<std::set<int64_t>> ids) {
     experts = ids;
     o.local_experts = std::move(ids);
+  }
+  // {name: (begin, end)}: LoadOptions::rows.
+  std::map<std::string, std::pair<int64_t, int64_t>> rows() const {
+    std::map<std::string, std::pair<int64_t, int64_t>> out;
+    for (auto& [name, r] : o.rows) out.emplace(name, std::make_pair(r.begin, r.end));
+    return out;
+  }
+  void set_rows(const std::map<std::string, std::pair<int64_t, int64_t>>& rows) {
+    o.rows.clear();
+    for (auto& [name, r] : rows) o.rows.emplace(name, wl::RowRange{r.first, r.second});
   }
 };
 
@@ -498,6 +509,7 @@ void bind_engine(nb::module_& m) {
           "file_views", [](const PyLoadOptions& p) { return p.o.file_views; },
           [](PyLoadOptions& p, bool v) { p.o.file_views = v; })
       .def_prop_rw("order", &PyLoadOptions::order, &PyLoadOptions::set_order)
+      .def_prop_rw("rows", &PyLoadOptions::rows, &PyLoadOptions::set_rows)
       .def_prop_rw(
           "device", [](const PyLoadOptions& p) { return p.device; },
           [](PyLoadOptions& p, const std::string& v) {

@@ -38,6 +38,30 @@ std::string header_digest(const CheckpointReader& r) {
   return h.hex_digest();
 }
 
+// The bytes of `ct` this load reads into `t`: a row selection
+// (LoadOptions::rows) or this rank's shard (a shard rule); else the whole tensor.
+Status select_bytes(PlannedTensor& t, const CheckpointTensor& ct, const LoadOptions& o, const std::string& file) {
+  const ShardRule* rule = o.tp_size > 1 || !o.shard_rules.empty() ? find_shard_rule(o.shard_rules, ct.name) : nullptr;
+  const auto rows = o.rows.find(ct.name);
+  if (rows == o.rows.end() && !rule) return Status();
+  Result<ShardLayout> l = Status::Internal("no layout");
+  if (rows == o.rows.end()) {
+    l = shard_layout(ct.dtype, ct.shape, rule->dim, o.tp_rank, o.tp_size);
+  } else if (rule) {
+    l = Status::InvalidArgument(
+        fmt::format("a row selection and the shard rule '{}:{}' both apply", rule->pattern, rule->dim));
+  } else if (ct.shape.empty()) {
+    l = Status::InvalidArgument("a row selection of a 0-d tensor");
+  } else {
+    l = slice_layout(ct.dtype, ct.shape, 0, rows->second.begin, rows->second.end - rows->second.begin);
+  }
+  if (!l.ok()) return std::move(l).status().with_tensor(ct.name).with_file(file);
+  t.shape = l->shape;
+  t.nbytes = l->nbytes;
+  t.shard = std::move(*l);
+  return Status();
+}
+
 }  // namespace
 
 Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions& o) {
@@ -64,15 +88,7 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
       t.full_shape = ct.shape;
       t.full_nbytes = ct.nbytes;
       t.file_offset = ct.file_offset;
-      if (o.tp_size > 1 || !o.shard_rules.empty()) {
-        if (const ShardRule* r = find_shard_rule(o.shard_rules, ct.name)) {
-          WL_ASSIGN_OR_RETURN(ShardLayout l, shard_layout(ct.dtype, ct.shape, r->dim, o.tp_rank, o.tp_size),
-                              .tensor = ct.name, .file = files[fi]);
-          t.shape = l.shape;
-          t.nbytes = l.nbytes;
-          t.shard = std::move(l);
-        }
-      }
+      WL_RETURN_IF_ERROR(select_bytes(t, ct, o, files[fi]));
       plan.bytes_total += t.nbytes;
       pf.tensors.push_back(plan.tensors.size());
       plan.tensors.push_back(std::move(t));

@@ -51,20 +51,29 @@ Result<ShardLayout> slice_layout(DType dtype, std::span<const int64_t> shape, in
   if (d < 0 || d >= nd)
     return Status::InvalidArgument(
         fmt::format("slice dim {} is out of range for a {}-D tensor {}", dim, nd, shape_to_string(shape)));
-  if (dtype_bits(dtype) % 8 != 0)
-    return Status::InvalidArgument(fmt::format("cannot slice {} tensors (narrower than a byte)", dtype_name(dtype)));
   if (start < 0 || length < 0 || start > shape[d] || length > shape[d] - start)
     return Status::InvalidArgument(
         fmt::format("slice [{}, {}) is outside dim {} of shape {}", start, start + length, d, shape_to_string(shape)));
   uint64_t numel = 0;
   if (!checked_numel(shape, &numel)) return Status::InvalidArgument("shape overflows");
+  // One step along d: the elements of the later dims, in bits; whole bytes
+  // for every dtype of a byte or more, and for F4 / F6 when they add up.
+  uint64_t inner_bits = static_cast<uint64_t>(dtype_bits(dtype));
+  for (int k = d + 1; k < nd; ++k) {
+    const auto n = static_cast<uint64_t>(shape[k]);
+    if (n && inner_bits > UINT64_MAX / n) return Status::InvalidArgument("shape overflows");
+    inner_bits *= n;
+  }
+  if (inner_bits % 8 != 0)
+    return Status::InvalidArgument(
+        fmt::format("cannot slice {} tensor {} along dim {}: a step of it is {} bits, not whole bytes",
+                    dtype_name(dtype), shape_to_string(shape), d, inner_bits));
   ShardLayout l;
   l.dim = d;
   l.shape.assign(shape.begin(), shape.end());
   const uint64_t part = static_cast<uint64_t>(length);
   l.shape[d] = length;
-  uint64_t inner = static_cast<uint64_t>(dtype_size(dtype));
-  for (int k = d + 1; k < nd; ++k) inner *= static_cast<uint64_t>(shape[k]);
+  const uint64_t inner = inner_bits / 8;
   uint64_t outer = 1;
   for (int k = 0; k < d; ++k) outer *= static_cast<uint64_t>(shape[k]);
   l.outer = outer;
