@@ -1,5 +1,5 @@
 // weightlift._core, GPU part (weightlift/gpu.h): device detection, the
-// "device"/"gds" engine options of Stream, one tensor read to a device.
+// "device"/"gds" engine options of Stream, and the helpers tests use.
 // Device tensors cross as kDLCUDA arrays that own their memory (bindings.h).
 #include <memory>
 #include <string>
@@ -37,6 +37,14 @@ void bind_gpu(nb::module_& m) {
   m.def("gpu_device_count", [] { return wl::gpu::device_count(); });
   m.def("gpu_unavailable_reason", [] { return wl::gpu::unavailable_reason(); });
   m.def("gpu_backend_name", [] { return wl::gpu::backend_name(); });
+  // (free, total) bytes of a CUDA device's memory (cudaMemGetInfo; the fake's own accounting).
+  m.def(
+      "gpu_memory_info",
+      [](int device) {
+        wl::gpu::MemoryInfo info = unwrap(wl::gpu::memory_info(device));
+        return nb::make_tuple(info.free_bytes, info.total_bytes);
+      },
+      "device"_a);
   // What the first device load of this process paid once (gpu.h ProcessCosts), in ms.
   m.def("gpu_process_costs", [] {
     wl::gpu::ProcessCosts c = wl::gpu::process_costs();
@@ -87,24 +95,6 @@ void bind_gpu(nb::module_& m) {
     return nb::make_tuple(ptr, bytes_array(std::span<const std::byte>(static_cast<const std::byte*>(buf->data()), n),
                                            buf, wl::Device{wl::DeviceKind::kCuda, device}));
   });
-  // (dtype, shape, bytes) of nbytes at `offset` of `path`, on `device`.
-  m.def(
-      "read_to_device",
-      [](const std::string& path, uint64_t offset, const std::string& dtype, const wl::Shape& shape,
-         const std::string& device) {
-        auto dt = wl::dtype_from_name(dtype);
-        if (!dt) raise(wl::Status::InvalidArgument("unknown dtype '" + dtype + "'").with_file(path));
-        wl::Device d = unwrap(wl::parse_device(device));
-        wl::TensorView v;
-        {
-          nb::gil_scoped_release nogil;
-          auto f = unwrap(wl::Env::Default()->open(path, {.mode = wl::FileMode::kPread}));
-          check(wl::gpu::check_device(d));
-          v = unwrap(wl::gpu::read_to_device(*f, offset, *dt, shape, d));
-        }
-        return nb::make_tuple(dtype, nb::cast(v.shape()), bytes_array(v.bytes(), v.owner(), v.device()));
-      },
-      "path"_a, "offset"_a, "dtype"_a, "shape"_a, "device"_a);
   // nbytes at device address `ptr` on `device` copied to host (bytes): for
   // checking what the engine wrote into memory the caller holds on a device
   // (load_into's CUDA targets; on the fake backend too).

@@ -1,7 +1,9 @@
 // The safetensors format seen from Python: the reader behind
-// weightlift.safetensors.safe_open (SafetensorsFile), safetensors 0.8's
-// writer API (TensorSpec, serialize, serialize_file), the in-memory parser
-// behind deserialize / load, and the SafetensorError type.
+// weightlift.safetensors.safe_open (SafetensorsFile: host reads in the
+// engine's read vocabulary, and one tensor into a CUDA device through the
+// engine's pinned ring), safetensors' writer API (TensorSpec, serialize,
+// serialize_file), the in-memory parser behind deserialize / load, and the
+// SafetensorError type.
 //
 // Errors here are the engine's (ValueError, CorruptDataError, OSError, ...
 // with the engine's message); weightlift/_st.py turns them into
@@ -24,14 +26,18 @@
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
 #include "weightlift/dtype.h"
+#include "weightlift/gpu.h"
 #include "weightlift/io.h"
+#include "weightlift/read_path.h"
 #include "weightlift/safetensors.h"
+#include "weightlift/shard.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -112,30 +118,31 @@ nb::object export_view(const std::string& name, const wl::TensorView& v, Framewo
 
 // ---- the reader ----------------------------------------------------------------
 
-// strategy "lazy": a private copy-on-write mapping (tensors are zero-copy
-// views; a write copies the page and never reaches the file), as safetensors'
-// own torch path maps files. "eager": the whole file read into one buffer.
-// "pread": nothing mapped; each get() reads the tensor into a fresh buffer
-// (safetensors 0.8's backend="pread").
+// One file read as asked, in the engine's read vocabulary (read_path.h's
+// strategies, LoadOptions::file_views):
+//   lazy, file_views   a private copy-on-write mapping: tensors are zero-copy
+//                      views (a write copies the page and never reaches the
+//                      file), as safetensors' own torch path maps files
+//   lazy               nothing mapped: each get() reads the tensor into a
+//                      buffer of its own (safetensors' backend="pread")
+//   eager              the whole file read into one buffer now
+// Other strategies are kInvalidArgument: they are whole loads (Stream).
 class PySafetensorsFile {
  public:
-  PySafetensorsFile(const std::string& path, const std::string& strategy)
-      : mapped_(strategy != "pread"), lazy_(strategy == "lazy") {
+  PySafetensorsFile(const std::string& path, const std::string& strategy, bool file_views) {
+    const auto s = wl::strategy_from_name(strategy);
+    if (!s || (*s != wl::Strategy::kLazy && *s != wl::Strategy::kEager))
+      raise(wl::Status::InvalidArgument("a safetensors handle reads 'lazy' or 'eager', not '" + strategy + "'")
+                .with_file(path));
+    mapped_ = *s == wl::Strategy::kEager || file_views;
+    lazy_ = *s == wl::Strategy::kLazy && file_views;
     nb::gil_scoped_release nogil;
-    if (strategy == "eager") {
+    if (*s == wl::Strategy::kEager) {
       file_ = unwrap(wl::SafetensorsFile::open(path, wl::FileMode::kPread));
       return;
     }
-    wl::FileMode mode;
-    if (strategy == "lazy") {
-      mode = wl::FileMode::kMmapPrivate;
-    } else if (strategy == "pread") {
-      mode = wl::FileMode::kPread;
-    } else {
-      raise(wl::Status::InvalidArgument("unknown strategy '" + strategy + "' (expected lazy, eager or pread)")
-                .with_file(path));
-    }
-    auto raw = unwrap(wl::Env::Default()->open(path, {.mode = mode}));
+    auto raw =
+        unwrap(wl::Env::Default()->open(path, {.mode = lazy_ ? wl::FileMode::kMmapPrivate : wl::FileMode::kPread}));
     file_ = unwrap(wl::SafetensorsFile::open(raw, wl::FileMode::kMmap));
     if (lazy_) cached_ = file_->file()->mostly_cached();
   }
@@ -263,6 +270,36 @@ class PySafetensorsFile {
     return out;
   }
 
+  // `name` (rows [begin, end) of its first dimension when `rows` is given)
+  // read into `device` ("cuda:N") through the engine's pinned staging ring,
+  // from this handle's open file (its header is not read again): (dtype,
+  // shape, bytes of device memory that own it). One tensor, one allocation.
+  nb::tuple to_device(const std::string& name, std::optional<std::pair<int64_t, int64_t>> rows,
+                      const std::string& device) const {
+    const wl::TensorInfo* t = file_->find(name);
+    if (!t) raise(wl::Status::NotFound("no tensor named '" + name + "'").with_file(path()));
+    const wl::Device d = unwrap(wl::parse_device(device));
+    uint64_t offset = t->offset;
+    wl::Shape shape = t->shape;
+    if (rows) {
+      if (shape.empty()) raise(wl::Status::InvalidArgument("rows of a 0-d tensor").with_tensor(name).with_file(path()));
+      auto l = wl::slice_layout(t->dtype, t->shape, 0, rows->first, rows->second - rows->first);
+      if (!l.ok()) raise(std::move(l).status().with_tensor(name).with_file(path()));
+      offset += l->first;
+      shape = l->shape;
+    }
+    wl::TensorView v;
+    {
+      nb::gil_scoped_release nogil;
+      check(wl::gpu::check_device(d));
+      auto r = wl::gpu::read_to_device(*file_->file(), offset, t->dtype, std::move(shape), d);
+      if (!r.ok()) raise(std::move(r).status().with_tensor(name).with_file(path()));
+      v = std::move(*r);
+    }
+    return nb::make_tuple(std::string(wl::dtype_name(v.dtype())), nb::cast(v.shape()),
+                          bytes_array(v.bytes(), v.owner(), v.device()));
+  }
+
   // [begin, end) along `dim`, an owned copy reading only those bytes.
   nb::tuple read_slice(const std::string& name, int dim, int64_t begin, int64_t end) const {
     wl::Tensor t;
@@ -329,8 +366,8 @@ class PySafetensorsFile {
 
   static constexpr uint64_t kReadAhead = uint64_t{64} << 20;  // ahead of tensors asked in file order
   static constexpr uint64_t kHintChunk = uint64_t{2} << 20;   // per readahead request
-  bool mapped_;          // lazy or eager: get() returns views of memory already there
-  bool lazy_;            // lazy: views of a mapping, read as they are touched
+  bool mapped_ = false;  // file views or eager: get() returns views of memory already there
+  bool lazy_ = false;    // file views: views of a mapping, read as they are touched
   bool cached_ = false;  // lazy: the file was mostly in the page cache at open (no hints then)
   uint64_t last_end_ = 0, hinted_begin_ = UINT64_MAX, hinted_end_ = 0;  // read_ahead's state
   std::shared_ptr<wl::SafetensorsFile> file_;
@@ -557,7 +594,8 @@ void bind_safetensors(nb::module_& m) {
   m.attr("SafetensorError") = nb::handle(g_safetensor_error);
 
   nb::class_<PySafetensorsFile>(m, "SafetensorsFile")
-      .def(nb::init<const std::string&, const std::string&>(), "path"_a, "strategy"_a = "lazy")
+      .def(nb::init<const std::string&, const std::string&, bool>(), "path"_a, "strategy"_a = "lazy",
+           "file_views"_a = true)
       .def_prop_ro("path", &PySafetensorsFile::path)
       .def_prop_ro("file_size", &PySafetensorsFile::file_size)
       .def_prop_ro("data_start", &PySafetensorsFile::data_start)
@@ -576,7 +614,8 @@ void bind_safetensors(nb::module_& m) {
       .def("locate", &PySafetensorsFile::locate, "name"_a, "hint"_a = false)
       .def("locate_all", &PySafetensorsFile::locate_all, "hint"_a = false)
       .def("mapping", &PySafetensorsFile::mapping)
-      .def("read_slice", &PySafetensorsFile::read_slice, "name"_a, "dim"_a, "begin"_a, "end"_a);
+      .def("read_slice", &PySafetensorsFile::read_slice, "name"_a, "dim"_a, "begin"_a, "end"_a)
+      .def("to_device", &PySafetensorsFile::to_device, "name"_a, "rows"_a.none(), "device"_a);
 
   m.def("parse_safetensors_bytes", &parse_safetensors_bytes, "data"_a);
 

@@ -9,6 +9,14 @@
     progress_bar(...)      the package's bar (tqdm, or nothing when disabled)
     enable_tqdm(flag)      bars only when asked and only on rank 0
 
+and, for weightlift.safetensors (the safetensors package's API), the same
+engine one file at a time:
+
+    safetensors_file(path, strategy, file_views)  a handle reading tensors as asked
+    device_stream(path, device, only, rows, threads)  a file's tensors into a CUDA device
+    tensor_to_device(handle, name, rows, device)  one tensor of an open handle into a CUDA device
+    parse_safetensors(data) / serialize(...) / serialize_file(...)  files held in memory, the writer
+
 Every iterator of the package (weight_utils, _gpu, _hub, _distributed,
 _objstore, load_into) reads through iterate(); a new one is iterate() with
 its engine options and its bar text (docs/python.md, "Extending it").
@@ -198,3 +206,58 @@ def tensors(stream: _core.Stream, files: list[str], *, desc: str = "", use_tqdm_
     finally:
         stream.close()
         bar.close()
+
+
+# ---- one safetensors file: weightlift.safetensors --------------------------------------------
+
+SafetensorError = _core.SafetensorError
+TensorSpec = _core.TensorSpec
+CorruptDataError = _core.CorruptDataError
+
+
+def safetensors_file(path: str, strategy: str = "lazy", file_views: bool = True) -> _core.SafetensorsFile:
+    """One safetensors file opened for reads as asked, in the engine's words:
+    "lazy" with file_views (zero-copy views of a private copy-on-write
+    mapping), "lazy" without (each tensor read into a buffer of its own when
+    asked, nothing mapped), "eager" (the whole file read into one buffer now).
+    Its header (names, dtypes, shapes, offsets, metadata) is read once."""
+    return _core.SafetensorsFile(path, strategy, file_views)
+
+
+def device_stream(path: str, device: str, *, only: Iterable[str] | None = None,
+                  rows: dict[str, tuple[int, int]] | None = None, threads: int = 0) -> _core.Stream:
+    """A load of one file's tensors into device memory (`device`: "cuda:N"),
+    the engine's device path: the stream strategy through the process's one
+    pinned staging ring into one device allocation (or GPUDirect Storage
+    where the platform has it). `only`: the tensors read; `rows`: name ->
+    (begin, end), rows of the first dimension read and handed over instead
+    of the whole tensor. Tensors come as they land (not in file order); the
+    stream holds those not yet taken (device memory, no host memory)."""
+    return open_stream([path], max_queued_bytes=1 << 62, ordered=False, only=only, strategy="stream",
+                       device=device, gds="auto", threads=threads, rows=rows or {})
+
+
+def tensor_to_device(handle: _core.SafetensorsFile, name: str, rows: tuple[int, int] | None, device: str):
+    """(dtype, shape, device bytes) of one tensor of an open handle (rows
+    [begin, end) of its first dimension when given) read into `device`
+    ("cuda:N") through the same pinned staging ring as device_stream, from
+    the handle's open file: no second open, no header read again (a stream
+    plans its file anew, which a file of thousands of tensors makes slow).
+    A name the file lacks is the engine's not-found error."""
+    return handle.to_device(name, rows, device)
+
+
+def parse_safetensors(data) -> tuple[dict[str, str], list]:
+    """(metadata, [(name, dtype, shape, begin, end)]) of a whole safetensors
+    file held in a bytes-like object, validated as a file is."""
+    return _core.parse_safetensors_bytes(data)
+
+
+def serialize(tensor_dict: dict, metadata: dict[str, str] | None) -> bytes:
+    """The bytes of a safetensors file holding {name: TensorSpec}."""
+    return _core.serialize(tensor_dict, metadata)
+
+
+def serialize_file(tensor_dict: dict, filename, metadata: dict[str, str] | None) -> None:
+    """{name: TensorSpec} written to `filename` atomically (not fsynced)."""
+    _core.serialize_file(tensor_dict, filename, metadata)

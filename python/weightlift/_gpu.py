@@ -225,18 +225,7 @@ def instanttensor_weights_iterator(
         yield from iterate(files, only=on_host, strategy="lazy", order="name", file_views=False)
 
 
-# ---- single tensors and PyTorch files ------------------------------------------------------------
-
-
-def load_file_to_device(path: str, device: Any, raw_dtypes: bool | None = None) -> dict[str, torch.Tensor]:
-    """Every tensor of a safetensors file on `device` ("cuda", "cuda:N"), by
-    sorted name (as safetensors' load_file): one engine load through the
-    pinned ring (or GPUDirect Storage where the platform has it), the reads
-    overlapping the copies, into one device allocation."""
-    dev = _device_name(device, "load_file(device=...)")
-    out = dict(iterate([os.fspath(path)], max_queued_bytes=1 << 62, ordered=True, raw_dtypes=raw_dtypes,
-                       strategy="stream", device=dev, gds="auto"))
-    return {k: out[k] for k in sorted(out)}
+# ---- PyTorch files ----------------------------------------------------------------------------
 
 
 def _single_cuda_target(map_location) -> str | None:

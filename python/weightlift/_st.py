@@ -1,7 +1,19 @@
-"""The core of the `safetensors` package's API, over weightlift's C++ reader
-and writer: safe_open, _safe_open_handle, serialize, serialize_file,
-deserialize, TensorSpec and SafetensorError, with safetensors 0.8's
-signatures, defaults, results, exception classes and messages.
+"""The core of the `safetensors` package's API, over weightlift's engine:
+safe_open (with prefetch and get_tensor_meta), _safe_open_handle,
+PySafeSlice, TensorMeta, PrefetchLoader, serialize, serialize_file,
+deserialize, TensorSpec and SafetensorError, with safetensors 0.9's
+signatures, defaults, results, exception classes and messages (0.8's, which
+0.9 keeps, included).
+
+Reads go through the bridge to the engine (_engine.py), in its words: a
+handle is the engine's "lazy" read of one file (with file views for
+backend="mmap", without for "pread") or its "eager" one. Every read into a
+CUDA device goes through the engine's pinned staging ring into device memory
+the engine allocates (never torch's .to() from the mapping): prefetch and a
+"cuda" handle's get_tensors are the engine's device stream of the file
+(_st_prefetch.py); a "cuda" handle's get_tensor and get_slice read that one
+tensor (or its rows) from the open handle through the same ring, without
+planning the whole file again.
 
 Users import it as weightlift.safetensors (and its .torch / .numpy modules,
 which mirror safetensors.torch / safetensors.numpy); weightlift.safe_open is
@@ -33,24 +45,29 @@ from typing import Any
 import numpy as np
 import torch
 
-from . import _core
-from ._core import CorruptDataError
-from ._tensors import to_numpy, to_torch
+from . import _engine
+from ._engine import CorruptDataError
+from ._st_prefetch import PrefetchLoader, parse_plan, planned, reader_threads
+from ._tensors import DTYPE_SIZES, TORCH_DTYPES, raw_dtypes_default, to_numpy, to_torch
 
 __all__ = [
     "SafetensorError", "SafetensorValueError", "SafetensorCorruptError", "SafetensorKeyError",
-    "SafetensorOSError", "TensorSpec", "safe_open", "_safe_open_handle", "SafeSlice", "serialize",
-    "serialize_file", "deserialize", "__version__",
+    "SafetensorOSError", "TensorSpec", "TensorMeta", "safe_open", "_safe_open_handle", "PySafeSlice", "SafeSlice",
+    "PrefetchLoader", "PrefetchPlan", "serialize", "serialize_file", "deserialize", "__version__",
 ]
 
-# The safetensors release whose API this module mirrors.
-__version__ = "0.8.0"
+# The safetensors release whose API this module mirrors, as that release
+# spells it (0.9.0rc1's module says its Cargo version; PEP 440 reads it as 0.9.0rc1).
+__version__ = "0.9.0-rc.1"
 
 _PUBLIC = "weightlift.safetensors"
 
-SafetensorError = _core.SafetensorError
-TensorSpec = _core.TensorSpec
+SafetensorError = _engine.SafetensorError
+TensorSpec = _engine.TensorSpec
 TensorSpec.__module__ = _PUBLIC
+
+# safe_open.prefetch's plan: tensor name -> None (the whole tensor) or a step-1 slice of its first dimension.
+PrefetchPlan = dict[str, "slice | None"]
 
 
 class SafetensorValueError(SafetensorError, ValueError):
@@ -112,7 +129,7 @@ def _device(device) -> str:
     An int is the default accelerator's index (torch decides which, as for tensor.to(N))."""
     if device is None:
         return "cpu"
-    if isinstance(device, torch.device):  # accepted here, refused by safetensors 0.8
+    if isinstance(device, torch.device):  # accepted here, refused by safetensors 0.8 and 0.9
         device = str(device)
     if isinstance(device, bool) or not isinstance(device, (str, int)):
         raise SafetensorValueError(f"device {device!r} is invalid")
@@ -138,12 +155,12 @@ def _device(device) -> str:
     raise SafetensorValueError(f"device {device} is invalid")
 
 
-def _open_file(filename, strategy: str):
+def _open_file(filename, strategy: str, file_views: bool):
     path = os.fspath(filename)
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     try:
-        return _core.SafetensorsFile(path, strategy)
+        return _engine.safetensors_file(path, strategy, file_views)
     except FileNotFoundError:
         raise FileNotFoundError(f"No such file or directory: {path}") from None
     except (CorruptDataError, ValueError) as e:
@@ -176,16 +193,68 @@ def _torch_tensor(dtype: str, shape, data, name: str, path: str, raw):
     return to_torch(dtype, shape, data, name, path, raw)
 
 
+def _torch_has(dtype: str, raw) -> bool:
+    """Whether this torch hands out `dtype` (its own dtype, or, with raw dtypes, its bytes)."""
+    if dtype == "F4":
+        return _F4 is not None
+    if dtype in TORCH_DTYPES:
+        return True
+    return (raw_dtypes_default() if raw is None else bool(raw)) and dtype in DTYPE_SIZES
+
+
+class TensorMeta:
+    """A tensor's header entry, as written in the file (safetensors 0.9's
+    TensorMeta): dtype (e.g. "F32"), shape, and data_offsets, the (start, end)
+    of its bytes within the data section. No data is read to build it."""
+
+    __slots__ = ("_dtype", "_shape", "_offsets")
+
+    def __init__(self, *args, **kwargs):
+        raise TypeError("No constructor defined for TensorMeta")
+
+    @classmethod
+    def _of(cls, dtype: str, shape, offsets: tuple[int, int]) -> TensorMeta:
+        m = object.__new__(cls)
+        object.__setattr__(m, "_dtype", dtype)
+        object.__setattr__(m, "_shape", tuple(shape))
+        object.__setattr__(m, "_offsets", offsets)
+        return m
+
+    @property
+    def dtype(self) -> str:
+        return self._dtype
+
+    @property
+    def shape(self) -> list[int]:
+        return list(self._shape)
+
+    @property
+    def data_offsets(self) -> tuple[int, int]:
+        return self._offsets
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"attribute '{name}' of 'TensorMeta' objects is not writable")
+
+    def __repr__(self) -> str:  # Rust's {:?}, as safetensors prints it
+        return (f'TensorMeta {{ dtype: "{self._dtype}", shape: [{", ".join(map(str, self._shape))}], '
+                f"data_offsets: ({self._offsets[0]}, {self._offsets[1]}) }}")
+
+
+TensorMeta.__module__ = _PUBLIC
+
+
 class safe_open:  # noqa: N801 - the safetensors name
     """Opens a safetensors file lazily and returns tensors as asked
-    (safetensors.safe_open, 0.8).
+    (safetensors.safe_open, 0.9).
 
     filename: str or os.PathLike. framework: "pt" (torch, pytorch) or "np"
     (numpy); weightlift does not convert to TensorFlow, Flax, MLX or Paddle.
     device: "cpu" (default), "cuda", "cuda:N", an int (the default
     accelerator's index), a torch.device, or any device torch knows ("mps",
-    "npu:0", ...): tensors are read on the CPU and moved there; CUDA tensors
-    are read through a pinned staging buffer, never through the mapping.
+    "npu:0", ...). CUDA tensors are read by the engine straight into device
+    memory through its pinned staging ring (never through the mapping), the
+    ring prefetch() stages through; other devices' tensors are read on the
+    CPU and moved.
     backend: "mmap" (default; zero-copy views of a private copy-on-write
     mapping) or "pread" (each tensor read into a fresh buffer).
 
@@ -194,11 +263,12 @@ class safe_open:  # noqa: N801 - the safetensors name
     torch lacks (float8 on torch < 2.1, ...) as their bytes (uint8).
 
     Use it in a `with` block: after it, every method raises SafetensorError
-    ("File is closed"); tensors already returned stay valid. One handle may
-    be used from many threads at once.
+    ("File is closed"); tensors already returned, and loaders started, stay
+    valid. One handle may be used from many threads at once.
     """
 
-    __slots__ = ("_f", "_np", "_fw", "_device", "_cuda", "_raw", "_mapped", "_keys", "_offsets", "_base")
+    __slots__ = ("_f", "_np", "_fw", "_device", "_cuda", "_cuda_ready", "_raw", "_mapped", "_keys", "_header",
+                 "_base", "_data0")
 
     def __init__(self, filename, framework: str = "pt", device: Any = "cpu", *, backend: str = "mmap",
                  strategy: str | None = None, raw_dtypes: bool | None = None):
@@ -210,21 +280,24 @@ class safe_open:  # noqa: N801 - the safetensors name
                 f'backend {_rust_str(backend)} is invalid (expected one of: "mmap", "pread")')
         if fw == "np" and dev != "cpu":
             raise SafetensorValueError(f"Device {dev} is not supported for framework numpy")
-        if strategy is None:
-            strategy = "pread" if backend == "pread" else "lazy"
-        elif strategy not in ("lazy", "eager") or backend == "pread":
+        if strategy is not None and (strategy not in ("lazy", "eager") or backend == "pread"):
             raise SafetensorValueError(
                 f"strategy {strategy!r} is invalid (expected 'lazy' or 'eager', with backend='mmap')")
+        # The engine's words: lazy with file views (mmap), lazy without (pread), eager.
+        strategy = strategy or "lazy"
+        file_views = backend == "mmap" and strategy == "lazy"
         self._np = fw == "np"
         self._fw = fw
         self._device = dev
         self._cuda = dev.startswith("cuda")
+        self._cuda_ready = False
         self._raw = raw_dtypes
-        self._mapped = strategy != "pread"
+        self._mapped = backend == "mmap"
         self._keys = None
-        self._offsets = None
+        self._header = None
         self._base = None
-        self._f = _open_file(filename, strategy)
+        self._data0 = None
+        self._f = _open_file(filename, strategy, file_views)
 
     # -- lifetime
     def __enter__(self):
@@ -261,11 +334,29 @@ class safe_open:  # noqa: N801 - the safetensors name
         md = self._file().metadata()
         return md if md else None
 
+    def get_tensor_meta(self, name: str) -> TensorMeta:
+        """`name`'s header entry (dtype, shape, data_offsets) without reading
+        any data. Works on every backend."""
+        f = self._file()
+        loc = f.locate(name, False)
+        if loc is None:
+            raise SafetensorKeyError(f"File does not contain tensor {name}")
+        if self._data0 is None:
+            self._data0 = f.data_start
+        b, e, dtype, shape = loc
+        return TensorMeta._of(dtype, shape, (b - self._data0, e - self._data0))
+
+    def _header_of(self, f) -> dict[str, tuple[str, list[int], int]]:
+        """name -> (dtype, shape, nbytes), in file (offset) order."""
+        if self._header is None:
+            self._header = {n: (dtype, shape, nbytes) for n, dtype, shape, _, nbytes in f.tensors()}
+        return self._header
+
     # -- tensors
     def _finish(self, name: str, t, f):
         """A typed() result made the handle's tensor: (dtype, shape, bytes) of a
         dtype the C++ side does not hand over directly reinterpreted here, then
-        moved to the handle's device."""
+        moved to the handle's (non-CUDA) device."""
         if type(t) is tuple:
             dtype, shape, data = t
             if self._np:
@@ -310,7 +401,7 @@ class safe_open:  # noqa: N801 - the safetensors name
                 raise SafetensorKeyError(f"File does not contain tensor {name}")
             return self._np_array(f, name, loc)
         if self._cuda:
-            return self._to_cuda(f, name)
+            return self._device_tensor(f, name, None)
         t = self._typed(f, name)
         if type(t) is tuple or self._device != "cpu":
             t = self._finish(name, t, f)
@@ -319,13 +410,12 @@ class safe_open:  # noqa: N801 - the safetensors name
     def get_tensors(self) -> dict[str, Any]:
         """Every tensor, as a dict in file (offset) order; to a CUDA device in
         one engine load (reads overlapping the copies through the pinned ring,
-        one device allocation), as load_file does, not a staged copy per tensor."""
+        one device allocation), as load_file does, not a read per tensor."""
         f = self._file()
         if self._cuda:
-            from . import _gpu
-
-            loaded = _gpu.load_file_to_device(f.path, self._device, self._raw)
-            return {n: loaded[n] for n in f.offset_names()}
+            with self._device_loader(f, None, self._device, 0, strict=False) as loader:
+                landed = dict(loader)  # as they land; then in file order
+                return {n: landed[n] for n in loader.names()}
         if self._np and self._mapped:
             arr = self._np_array
             return {loc[0]: arr(f, loc[0], loc[1:]) for loc in f.locate_all(True)}
@@ -338,21 +428,7 @@ class safe_open:  # noqa: N801 - the safetensors name
         finish = self._finish
         return {name: finish(name, t, f) for name, t in items}
 
-    def _to_cuda(self, f, name: str):
-        """Straight into device memory through the pinned staging ring (never through the mapping)."""
-        if self._offsets is None:
-            from . import _gpu
-
-            self._device = _gpu._device_name(self._device, "safe_open(device=...)")  # CUDA there, or why not
-            self._offsets = {n: (dtype, shape, offset) for n, dtype, shape, offset, _ in f.tensors()}
-        info = self._offsets.get(name)
-        if info is None:
-            raise SafetensorKeyError(f"File does not contain tensor {name}")
-        dtype, shape, offset = info
-        d, s, data = _core.read_to_device(f.path, offset, dtype, shape, self._device)
-        return _torch_tensor(d, s, data, name, f.path, self._raw)
-
-    def get_slice(self, name: str) -> SafeSlice:
+    def get_slice(self, name: str) -> PySafeSlice:
         """A tensor not read yet: get_shape(), get_dtype(), and indexing."""
         f = self._f
         if f is None:
@@ -360,12 +436,84 @@ class safe_open:  # noqa: N801 - the safetensors name
         loc = f.locate(name)
         if loc is None:
             raise SafetensorKeyError(f"File does not contain tensor {name}")
-        return SafeSlice(self, f, name, loc)
+        return PySafeSlice(self, f, name, loc)
+
+    # -- CUDA: the engine's device stream
+    def prefetch(self, plan: PrefetchPlan | None = None, *, device: Any = None, threads: int = 8) -> PrefetchLoader:
+        """Starts loading the file's tensors to a CUDA device in the background
+        (safetensors 0.9): a PrefetchLoader that hands each tensor out once, by
+        take(name) or by iterating it as (name, tensor) in readiness order, as
+        zero-copy views of device memory. The handle is unchanged; several
+        loaders may be started from it. framework="pt", either backend.
+
+        plan: {name: None (the whole tensor) or a step-1 slice of its first
+        dimension}; tensors absent from it are not loaded; None loads every
+        tensor whole. device: the CUDA device (default: the handle's).
+        threads: the engine's reader threads for this loader (1..64). Every
+        loader of the process stages through the engine's one pinned ring.
+        Raises SafetensorError, before any device work, for a dtype torch
+        cannot represent (F6), a step other than 1, a 0-d sliced tensor.
+        """
+        if plan is not None and not isinstance(plan, dict):
+            raise TypeError(f"argument 'plan': '{type(plan).__name__}' object is not an instance of 'dict'")
+        dev = None if device is None else _device(device)
+        n_threads = reader_threads(threads)
+        f = self._file()
+        if self._fw != "pt":
+            raise SafetensorError('prefetch is only compatible with framework="pt"')
+        dev = self._device if dev is None else dev
+        if not dev.startswith("cuda:"):
+            raise SafetensorError(f"prefetch loads to cuda devices, not {dev}")
+        rows_of = None if plan is None else parse_plan(plan, self._header_of(f))
+        return self._device_loader(f, rows_of, dev, n_threads, strict=True, what="prefetch")
+
+    def _device_loader(self, f, rows_of, device: str, threads: int, *, strict: bool,
+                       what: str = "safe_open(device=...)") -> PrefetchLoader:
+        """A loader of the planned tensors ({name: None | (begin, end)}, None:
+        all) on `device` ("cuda:N"). strict: refuse dtypes torch lacks now (as
+        prefetch does), else let the tensor's conversion raise as get_tensor's does."""
+        header = self._header_of(f)
+        raw = self._raw
+        has = (lambda dtype: _torch_has(dtype, raw)) if strict else (lambda dtype: True)
+        items = planned(rows_of, list(header), header, has)
+        from . import _gpu
+
+        try:
+            dev = _gpu._device_name(device, what)  # CUDA there (or the test seam), or why not
+        except (RuntimeError, ValueError) as e:
+            if not strict:
+                raise  # get_tensor & co.: the RuntimeError every device door raises
+            raise SafetensorError(str(e)) from None  # prefetch: safetensors 0.9's class
+        path = f.path
+        try:
+            stream = _engine.device_stream(path, dev, only=[n for n, _ in items], threads=threads,
+                                           rows={n: r for n, r in items if r is not None})
+        except (ValueError, OSError, RuntimeError) as e:
+            raise _translate(e, "") from None
+        return PrefetchLoader._start(
+            stream, [n for n, _ in items],
+            lambda name, dtype, shape, data: _torch_tensor(dtype, shape, data, name, path, raw))
+
+    def _device_tensor(self, f, name: str, rows: tuple[int, int] | None):
+        """One tensor (or rows [begin, end) of it) read into the handle's CUDA
+        device through the engine's pinned ring, from the open handle."""
+        if not f.__contains__(name):
+            raise SafetensorKeyError(f"File does not contain tensor {name}")
+        if not self._cuda_ready:
+            from . import _gpu
+
+            self._device = _gpu._device_name(self._device, "safe_open(device=...)")  # CUDA there, or why not
+            self._cuda_ready = True
+        try:
+            dtype, shape, data = _engine.tensor_to_device(f, name, rows, self._device)
+        except OSError as e:
+            raise SafetensorOSError(f"Could not read tensor {name} from file: {e}") from None
+        return _torch_tensor(dtype, shape, data, name, f.path, self._raw)
 
 
 class _safe_open_handle(safe_open):  # noqa: N801 - the safetensors name
     """safe_open over an open Python file object (it needs `fileno()` and a
-    `name`): safetensors 0.8's _safe_open_handle, which opens the file by that name."""
+    `name`): safetensors' _safe_open_handle (0.8, 0.9), which opens the file by that name."""
 
     __slots__ = ()
 
@@ -386,12 +534,12 @@ def _rust_str(s) -> str:
 
 # ---- slices -------------------------------------------------------------------------------------
 
-class SafeSlice:
-    """A tensor not read yet (safetensors' PySafeSlice): get_shape(),
-    get_dtype(), and indexing with ints, slices (positive steps) and one
-    ellipsis.
+class PySafeSlice:
+    """A tensor not read yet (safetensors' PySafeSlice, returned by
+    safe_open.get_slice): get_shape(), get_dtype(), and indexing with ints,
+    slices (positive steps) and one ellipsis.
 
-    Indexing follows safetensors 0.8: with framework="pt" and the mmap
+    Indexing follows safetensors 0.9 (and 0.8): with framework="pt" and the mmap
     backend, it is torch's own indexing of a view of the mapped tensor
     (anything torch accepts); with "np", or with backend="pread", it is
     safetensors' indexer (ints, slices with positive steps, `...`, an empty
@@ -400,6 +548,11 @@ class SafeSlice:
     slice bounds count from the end, a slice that ends before it starts is
     empty, and `[:]` of a zero-length dimension is empty. The slice stays
     usable after its handle is closed, as safetensors' does.
+
+    On a CUDA handle the engine reads the rows of the first dimension the
+    index keeps (when its first item is an int or a step-1 slice; else the
+    whole tensor) straight into device memory, where the rest of the index
+    is applied.
     """
 
     __slots__ = ("_h", "_f", "_name", "_loc")
@@ -415,6 +568,8 @@ class SafeSlice:
 
     def __getitem__(self, index):
         h = self._h
+        if h._cuda:
+            return self._on_device(index)
         if h._np and h._mapped and type(index) is slice:
             rows = self._np_rows(index)  # the common case, without the general indexer
             if rows is not None:
@@ -429,6 +584,16 @@ class SafeSlice:
                 t = t.to(h._device)
             return t
         return self._indexed(_indexers(index, self._loc[3]))
+
+    def _on_device(self, index):
+        h, shape = self._h, self._loc[3]
+        if not h._mapped:  # safetensors' indexer: its checks and its errors first
+            idx = _indexers(index, shape)
+            _check_bounds(idx, shape)
+            index = tuple(slice(i[0], i[1], i[2]) if len(i) == 3 else i[0] for i in idx)
+        rows, rest = _dim0_rows(index, shape)
+        t = h._device_tensor(self._f, self._name, rows)[rest]
+        return t if h._mapped else t.contiguous()
 
     def _np_rows(self, index: slice):
         """Rows [start:stop] (step 1) of a mapped numpy tensor: a view of the
@@ -472,6 +637,28 @@ class SafeSlice:
         if h._device != "cpu":
             t = t.to(h._device)
         return t
+
+
+SafeSlice = PySafeSlice  # weightlift's name for it before safetensors 0.9 exported one
+PySafeSlice.__module__ = _PUBLIC
+
+
+def _dim0_rows(index, shape) -> tuple[tuple[int, int] | None, Any]:
+    """(rows, rest): the rows [begin, end) of dim 0 an index keeps when its
+    first item is an int or a step-1 slice of ints (None: every row), and the
+    index that gives the result from those rows."""
+    items = index if isinstance(index, tuple) else (index,)
+    if not shape or not items:
+        return None, index
+    first, n = items[0], shape[0]
+    if type(first) is slice and first.step in (None, 1) and \
+            all(b is None or type(b) is int for b in (first.start, first.stop)):
+        start, stop, _ = first.indices(n)
+        return (start, max(start, stop)), (slice(None),) + items[1:]
+    if type(first) is int and -n <= first < n:
+        i = first + n if first < 0 else first
+        return (i, i + 1), (0,) + items[1:]
+    return None, index
 
 
 def _indexers(index, shape) -> list[tuple]:
@@ -574,7 +761,7 @@ def serialize(tensor_dict, metadata=None) -> bytes:
 
     The caller keeps every TensorSpec's memory alive and unchanged during the call."""
     try:
-        return _core.serialize(tensor_dict, metadata)
+        return _engine.serialize(tensor_dict, metadata)
     except (ValueError, OSError) as e:
         raise _translate(e, "Error while serializing: ") from None
 
@@ -584,7 +771,7 @@ def serialize_file(tensor_dict, filename, metadata=None) -> None:
     atomically: a temporary beside it, renamed into place (not fsynced, as
     safetensors). The GIL is released while writing."""
     try:
-        _core.serialize_file(tensor_dict, filename, metadata)
+        _engine.serialize_file(tensor_dict, filename, metadata)
     except (ValueError, OSError) as e:
         raise _translate(e, "Error while serializing: ") from None
 
@@ -600,7 +787,7 @@ def deserialize(bytes):  # noqa: A002 - safetensors' parameter name
 
 def _parse(data):
     try:
-        return _core.parse_safetensors_bytes(data)
+        return _engine.parse_safetensors(data)
     except (ValueError, OSError) as e:
         raise _translate(e, "Error while deserializing: ") from None
 

@@ -26,7 +26,8 @@ LAYERS: list[tuple[str, set[str]]] = [
     # the bridge: options, the stream, the one conversion loop, the progress bar
     ("bridge", {"_engine"}),
     # one module per source, destination or API family
-    ("features", {"_distributed", "_gpu", "_hub", "_objstore", "_configs", "_st", "safetensors", "load_into"}),
+    ("features", {"_distributed", "_gpu", "_hub", "_objstore", "_configs", "_st", "_st_prefetch", "safetensors",
+                  "load_into"}),
     # the public namespaces: they only import downward
     ("facades", {"weight_utils", "vllm_compat", "__init__"}),
     # plug-ins into other programs, standing on the public namespaces

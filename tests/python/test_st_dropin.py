@@ -63,7 +63,11 @@ def test_names_and_classes_mirror_the_package():
         assert hasattr(wl_pt, name), name
     for name in ("save", "save_file", "load", "load_file"):
         assert hasattr(wl_np, name), name
-    assert wl.__version__ == real.__version__ == "0.8.0"
+    # The release whose API it mirrors (0.9.0rc1); the control package here is 0.8.0, whose API 0.9 keeps.
+    assert wl.__version__ == "0.9.0-rc.1" and real.__version__ == "0.8.0"  # as 0.9.0rc1 spells itself
+    for name in ("PrefetchLoader", "TensorMeta", "PySafeSlice", "PrefetchPlan"):  # 0.9's additions
+        assert hasattr(wl, name), name
+    assert wl.SafeSlice is wl.PySafeSlice
     # SafetensorError is an Exception and nothing more, as safetensors'; its module imports.
     assert wl.SafetensorError.__mro__[1:] == real.SafetensorError.__mro__[1:] == (Exception, BaseException, object)
     assert wl.SafetensorError.__module__ == "weightlift.safetensors"

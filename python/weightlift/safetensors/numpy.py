@@ -1,4 +1,4 @@
-"""safetensors.numpy (0.8) over weightlift: save / save_file / load / load_file.
+"""safetensors.numpy (0.9, the same as 0.8) over weightlift: save / save_file / load / load_file.
 
     from weightlift.safetensors.numpy import load_file, save_file   # was: from safetensors.numpy import ...
 

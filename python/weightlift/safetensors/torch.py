@@ -1,4 +1,4 @@
-"""safetensors.torch (0.8) over weightlift: save / save_file / load / load_file /
+"""safetensors.torch (0.9, the same as 0.8) over weightlift: save / save_file / load / load_file /
 save_model / load_model, with safetensors' checks, messages and results.
 
     from weightlift.safetensors.torch import load_file, save_file   # was: from safetensors.torch import ...
