@@ -22,12 +22,15 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/string_view.h>
 #include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
@@ -117,6 +120,19 @@ nb::object export_view(const std::string& name, const wl::TensorView& v, Framewo
 }
 
 // ---- the reader ----------------------------------------------------------------
+
+// safetensors 0.9's TensorMeta: a tensor's header entry, as written in the
+// file (dtype name, shape, data_offsets within the data section).
+struct TensorMeta {
+  wl::DType dtype;
+  wl::Shape shape;
+  std::pair<uint64_t, uint64_t> data_offsets;
+};
+
+std::string meta_repr(const TensorMeta& m) {  // Rust's {:?}, as safetensors prints it
+  return fmt::format("TensorMeta {{ dtype: \"{}\", shape: [{}], data_offsets: ({}, {}) }}", wl::dtype_name(m.dtype),
+                     fmt::join(m.shape, ", "), m.data_offsets.first, m.data_offsets.second);
+}
 
 // One file read as asked, in the engine's read vocabulary (read_path.h's
 // strategies, LoadOptions::file_views):
@@ -220,6 +236,15 @@ class PySafetensorsFile {
   }
 
   bool contains(const std::string& name) const { return file_->find(name) != nullptr; }
+
+  // The header entry of `name` (no data read), or None. The name is
+  // borrowed from the Python string (no copy): this is called per tensor.
+  std::optional<TensorMeta> meta(std::string_view name) const {
+    const wl::TensorInfo* t = file_->find(name);
+    if (!t) return std::nullopt;
+    const uint64_t base = file_->header().data_start;
+    return TensorMeta{t->dtype, t->shape, {t->offset - base, t->offset + t->nbytes - base}};
+  }
 
   // (begin, end, dtype, shape) of a tensor's bytes in the file, or None;
   // `hint`: the kernel is asked for them now, as typed() does.
@@ -611,11 +636,21 @@ void bind_safetensors(nb::module_& m) {
       .def("typed", &PySafetensorsFile::typed, "name"_a, "framework"_a, "hint"_a = true)
       .def("typed_all", &PySafetensorsFile::typed_all, "framework"_a)
       .def("__contains__", &PySafetensorsFile::contains, "name"_a)
+      .def("meta", &PySafetensorsFile::meta, "name"_a)
       .def("locate", &PySafetensorsFile::locate, "name"_a, "hint"_a = false)
       .def("locate_all", &PySafetensorsFile::locate_all, "hint"_a = false)
       .def("mapping", &PySafetensorsFile::mapping)
       .def("read_slice", &PySafetensorsFile::read_slice, "name"_a, "dim"_a, "begin"_a, "end"_a)
       .def("to_device", &PySafetensorsFile::to_device, "name"_a, "rows"_a.none(), "device"_a);
+
+  nb::class_<TensorMeta>(m, "TensorMeta",
+                         "A tensor's header entry, as written in the file. No data is read to build it.")
+      .def_prop_ro(
+          "dtype", [](const TensorMeta& t) { return wl::dtype_name(t.dtype); }, "safetensors dtype name, e.g. \"F32\"")
+      .def_prop_ro(
+          "shape", [](const TensorMeta& t) { return t.shape; }, "a new list each time")
+      .def_ro("data_offsets", &TensorMeta::data_offsets, "(start, end) of the tensor's bytes within the data section")
+      .def("__repr__", &meta_repr);
 
   m.def("parse_safetensors_bytes", &parse_safetensors_bytes, "data"_a);
 

@@ -212,6 +212,7 @@ def tensors(stream: _core.Stream, files: list[str], *, desc: str = "", use_tqdm_
 
 SafetensorError = _core.SafetensorError
 TensorSpec = _core.TensorSpec
+TensorMeta = _core.TensorMeta  # a handle's meta(name): a header entry, no data read
 CorruptDataError = _core.CorruptDataError
 
 

@@ -65,6 +65,9 @@ _PUBLIC = "weightlift.safetensors"
 SafetensorError = _engine.SafetensorError
 TensorSpec = _engine.TensorSpec
 TensorSpec.__module__ = _PUBLIC
+# A tensor's header entry (safetensors 0.9): dtype, shape, data_offsets within the data section.
+TensorMeta = _engine.TensorMeta
+TensorMeta.__module__ = _PUBLIC
 
 # safe_open.prefetch's plan: tensor name -> None (the whole tensor) or a step-1 slice of its first dimension.
 PrefetchPlan = dict[str, "slice | None"]
@@ -202,45 +205,6 @@ def _torch_has(dtype: str, raw) -> bool:
     return (raw_dtypes_default() if raw is None else bool(raw)) and dtype in DTYPE_SIZES
 
 
-class TensorMeta:
-    """A tensor's header entry, as written in the file (safetensors 0.9's
-    TensorMeta): dtype (e.g. "F32"), shape, and data_offsets, the (start, end)
-    of its bytes within the data section. No data is read to build it."""
-
-    __slots__ = ("_dtype", "_shape", "_offsets")
-
-    def __init__(self, *args, **kwargs):
-        raise TypeError("No constructor defined for TensorMeta")
-
-    @classmethod
-    def _of(cls, dtype: str, shape, offsets: tuple[int, int]) -> TensorMeta:
-        m = object.__new__(cls)
-        object.__setattr__(m, "_dtype", dtype)
-        object.__setattr__(m, "_shape", tuple(shape))
-        object.__setattr__(m, "_offsets", offsets)
-        return m
-
-    @property
-    def dtype(self) -> str:
-        return self._dtype
-
-    @property
-    def shape(self) -> list[int]:
-        return list(self._shape)
-
-    @property
-    def data_offsets(self) -> tuple[int, int]:
-        return self._offsets
-
-    def __setattr__(self, name, value):
-        raise AttributeError(f"attribute '{name}' of 'TensorMeta' objects is not writable")
-
-    def __repr__(self) -> str:  # Rust's {:?}, as safetensors prints it
-        return (f'TensorMeta {{ dtype: "{self._dtype}", shape: [{", ".join(map(str, self._shape))}], '
-                f"data_offsets: ({self._offsets[0]}, {self._offsets[1]}) }}")
-
-
-TensorMeta.__module__ = _PUBLIC
 
 
 class safe_open:  # noqa: N801 - the safetensors name
@@ -268,7 +232,7 @@ class safe_open:  # noqa: N801 - the safetensors name
     """
 
     __slots__ = ("_f", "_np", "_fw", "_device", "_cuda", "_cuda_ready", "_raw", "_mapped", "_keys", "_header",
-                 "_base", "_data0")
+                 "_base")
 
     def __init__(self, filename, framework: str = "pt", device: Any = "cpu", *, backend: str = "mmap",
                  strategy: str | None = None, raw_dtypes: bool | None = None):
@@ -296,7 +260,6 @@ class safe_open:  # noqa: N801 - the safetensors name
         self._keys = None
         self._header = None
         self._base = None
-        self._data0 = None
         self._f = _open_file(filename, strategy, file_views)
 
     # -- lifetime
@@ -337,14 +300,13 @@ class safe_open:  # noqa: N801 - the safetensors name
     def get_tensor_meta(self, name: str) -> TensorMeta:
         """`name`'s header entry (dtype, shape, data_offsets) without reading
         any data. Works on every backend."""
-        f = self._file()
-        loc = f.locate(name, False)
-        if loc is None:
+        f = self._f
+        if f is None:
+            raise _closed()
+        meta = f.meta(name)
+        if meta is None:
             raise SafetensorKeyError(f"File does not contain tensor {name}")
-        if self._data0 is None:
-            self._data0 = f.data_start
-        b, e, dtype, shape = loc
-        return TensorMeta._of(dtype, shape, (b - self._data0, e - self._data0))
+        return meta
 
     def _header_of(self, f) -> dict[str, tuple[str, list[int], int]]:
         """name -> (dtype, shape, nbytes), in file (offset) order."""

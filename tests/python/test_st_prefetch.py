@@ -75,6 +75,8 @@ def test_tensor_meta_is_the_header(tmp_path):
             assert repr(b) == 'TensorMeta { dtype: "F16", shape: [3, 5], data_offsets: (16, 46) }'
             with pytest.raises(AttributeError):
                 b.dtype = "F32"
+            with pytest.raises(AttributeError):
+                b.data_offsets = (0, 1)
             b.shape.append(7)  # a copy each time, as safetensors'
             assert b.shape == [3, 5]
             with pytest.raises(st.SafetensorError, match="File does not contain tensor nope"):
