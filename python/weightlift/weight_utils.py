@@ -2,21 +2,24 @@
 same names, arguments and results, on weightlift's C++ engine.
 
 Replace `from vllm.model_executor.model_loader.weight_utils import X` with
-`from weightlift.vllm_compat import X`. Every iterator is one engine load
-(_engine.iterate): the C++ loader runs on a background thread, GIL released,
-and yields (name, torch.Tensor). Safetensors, PyTorch and .npy tensors stored
-contiguously are zero-copy views of a private copy-on-write mapping of their
-file whose pages the engine mapped in ahead of you, so they are writable,
-never alias the file, and a copy out of them (a weight loader's) touches no
-fresh memory. Every rule (auto prefetch, file order, the expert filter,
-dummy values, name remapping, lock names, quant configs) lives in C++.
+`from weightlift.vllm_compat import X`: weightlift.vllm_compat is this
+module under another name (one namespace, as vLLM's module is one, so that
+a name patched there is the one every function here reads). Every iterator
+is one engine load (_engine.iterate): the C++ loader runs on a background
+thread, GIL released, and yields (name, torch.Tensor). Safetensors, PyTorch
+and .npy tensors stored contiguously are zero-copy views of a private
+copy-on-write mapping of their file whose pages the engine mapped in ahead
+of you, so they are writable, never alias the file, and a copy out of them
+(a weight loader's) touches no fresh memory. Every rule (auto prefetch, file
+order, the expert filter, dummy values, name remapping, lock names, quant
+configs) lives in C++.
 
 A façade: it only imports downward (docs/python.md, "Extending it"). It
 holds vLLM's iterators and the names vLLM's tests patch here
 (_get_fs_type, _get_available_ram_bytes, _get_checkpoints_size_bytes,
-_prefetch_all_checkpoints, get_tensor_model_parallel_rank) with the
-functions that read them at call time; everything else is re-exported from
-the modules that own it.
+_prefetch_all_checkpoints, get_tensor_model_parallel_rank and _world_size,
+get_world_group) with the functions that read them at call time;
+everything else is re-exported from the modules that own it.
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ import logging
 import os
 import random
 from collections.abc import Generator
+from types import SimpleNamespace
 
 import torch
 
@@ -47,8 +51,15 @@ from ._files import (  # noqa: F401
 )
 from ._files import natural_sort_key as _natural_sort_key  # noqa: F401
 from ._files import shared_pointers as _shared_pointers  # noqa: F401
-from ._hub import download_safetensors_index_file_from_hf, download_weights_from_hf  # noqa: F401
+from ._gpu import fastsafetensors_weights_iterator, instanttensor_weights_iterator  # noqa: F401
+from ._hub import (  # noqa: F401
+    download_safetensors_index_file_from_hf,
+    download_weights_from_hf,
+    enable_xet_high_performance,
+    maybe_download_from_modelscope,
+)
 from ._log import logger  # noqa: F401
+from ._objstore import runai_safetensors_weights_iterator  # noqa: F401
 from ._params import (  # noqa: F401
     LoaderFunction,
     composed_weight_loader,
@@ -61,13 +72,20 @@ from ._params import (  # noqa: F401
     maybe_remap_moe_expert_param_name,
     remap_moe_expert_weights,
 )
-from ._vllm_extras import (  # noqa: F401  (vLLM 0.32's names beyond the reference)
+from ._vllm_extras import (  # noqa: F401  (vLLM 0.32-0.34's names beyond the reference)
     DisabledTqdm,
+    _local_snapshot_dirs,
     drop_checkpoint_cache,
     filter_mm_encoder_only_safetensors_files,
     filter_safetensors_files_by_weight_name,
     finalize_model_weights,
     resolve_mm_encoder_only_lm_prefixes,
+)
+from .ep_weight_filter import (  # noqa: F401  (vLLM's weight_utils imports them)
+    compute_eplb_local_expert_ids,
+    compute_local_expert_ids,
+    parse_expert_id,
+    should_skip_weight,
 )
 
 DEFAULT_SAFETENSORS_PREFETCH_NUM_THREADS = _prefetch.DEFAULT_NUM_THREADS
@@ -355,25 +373,27 @@ def get_tensor_model_parallel_world_size() -> int:
     return 1
 
 
-def _world_rank() -> int:
-    """vLLM's world-group rank when vLLM's parallel state is set up, else the
-    torch.distributed rank, else 0."""
+def get_world_group():
+    """The world group as vLLM's weight_utils reads it (`.rank`,
+    `.world_size`): vLLM's group coordinator when vLLM's parallel state is set
+    up, else torch.distributed's world, else a single rank."""
     try:
-        from vllm.distributed import get_world_group
+        from vllm.distributed import get_world_group as vllm_world_group
 
-        return get_world_group().rank
+        return vllm_world_group()
     except Exception:
         pass
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
-        return torch.distributed.get_rank()
-    return 0
+    dist = torch.distributed
+    if dist.is_available() and dist.is_initialized():
+        return SimpleNamespace(rank=dist.get_rank(), world_size=dist.get_world_size())
+    return SimpleNamespace(rank=0, world_size=1)
 
 
 def _shuffle_files(files: list[str]) -> list[str]:
     """`files` in natural order, then shuffled by random.Random(world rank)
     (vLLM 0.34's shuffle_safetensors_files: each rank its own order, the same
     permutation as vLLM's for the same rank and files)."""
-    rank = _world_rank()
+    rank = get_world_group().rank
     shuffled = sorted(files, key=_natural_sort_key)
     random.Random(rank).shuffle(shuffled)
     logger.info("Shuffled %d safetensors files with seed %d", len(shuffled), rank)

@@ -41,10 +41,7 @@ class Impl:
         self.mod, self.ep = weight_utils, ep_weight_filter
 
     def set_rank(self, rank: int) -> None:
-        if self.which == "vllm":
-            self.mp.setattr(self.mod, "get_world_group", lambda: types.SimpleNamespace(rank=rank))
-        else:
-            self.mp.setattr(self.mod, "_world_rank", lambda: rank)
+        self.mp.setattr(self.mod, "get_world_group", lambda: types.SimpleNamespace(rank=rank))
 
     def set_tp(self, rank: int, size: int) -> None:
         self.mp.setattr(self.mod, "get_tensor_model_parallel_rank", lambda: rank)
