@@ -203,16 +203,24 @@ def instanttensor_weights_iterator(
     what is missing); with more than one rank the world process group goes
     to the engine, unless the ranks load different tensors. local_expert_ids:
     other ranks' expert weights are skipped unread. load_engram_on_cpu: the
-    Engram tables stay in host memory, yielded after the device tensors."""
+    Engram tables stay in host memory, yielded after the device tensors (a
+    source of tables only needs no GPU: nothing goes to a device)."""
+    files = natural_sort(hf_weights_files)
+    names = [n for n, _, _ in _core.list_tensors(files)] if load_engram_on_cpu or local_expert_ids is not None else []
+    on_host = [n for n in names if _ENGRAM_WEIGHT_RE.search(n)] if load_engram_on_cpu else []
+    if not on_host or len(on_host) < len(names):
+        yield from _instanttensor_device_part(files, use_tqdm_on_load, local_expert_ids, names, on_host)
+    if on_host:
+        yield from iterate(files, only=on_host, strategy="lazy", order="name", file_views=False)
+
+
+def _instanttensor_device_part(files: list[str], use_tqdm_on_load: bool, local_expert_ids: set[int] | None,
+                               names: list[str], on_host: list[str]) -> Generator[tuple[str, torch.Tensor], None, None]:
+    """instanttensor_weights_iterator's tensors for the device: all but `on_host`."""
     why = cuda_unavailable_reason()
     if why:
         raise ValueError(f"InstantTensor loading requires an NVIDIA GPU: {why}")
-    files = natural_sort(hf_weights_files)
-    on_host: list[str] = []
-    if load_engram_on_cpu:
-        on_host = [n for n, _, _ in _core.list_tensors(files) if _ENGRAM_WEIGHT_RE.search(n)]
-    filtered = local_expert_ids is not None and any(
-        _core.should_skip_weight(n, set()) for n, _, _ in _core.list_tensors(files))
+    filtered = local_expert_ids is not None and any(_core.should_skip_weight(n, set()) for n in names)
     pg = _world_group()
     # Every rank must make the same choice: a per-rank tensor set leaves the collective out.
     if _group_size(pg) <= 1 or on_host or filtered:
@@ -221,8 +229,6 @@ def instanttensor_weights_iterator(
     yield from _device_stream(files, device, "auto", pg, "Loading safetensors using InstantTensor loader",
                               use_tqdm_on_load, per_tensor_bar=True, exclude=on_host or None,
                               local_expert_ids=local_expert_ids)
-    if on_host:
-        yield from iterate(files, only=on_host, strategy="lazy", order="name", file_views=False)
 
 
 # ---- PyTorch files ----------------------------------------------------------------------------

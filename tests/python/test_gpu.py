@@ -157,6 +157,21 @@ def test_instanttensor_engram_tables_on_the_host_and_local_experts(tmp_path, mon
     assert calls.calls[2]["pg"] == "world" and calls.calls[2]["exclude"] is None
 
 
+def test_instanttensor_tables_only_need_no_gpu(tmp_path, monkeypatch):
+    """vLLM 0.34: a source of Engram tables only, kept on the host, opens no
+    device load, so it needs no GPU (here: none, no fake either)."""
+    p = tmp_path / "engram.safetensors"
+    weightlift.save_file({"layers.1.engram.embed.weight": torch.arange(4.0).reshape(2, 2)}, p)
+    monkeypatch.setattr(_gpu, "_device_stream", lambda *a, **k: pytest.fail("a device load was started"))
+    got = dict(instanttensor_weights_iterator([str(p)], False, load_engram_on_cpu=True))
+    assert list(got) == ["layers.1.engram.embed.weight"]
+    assert torch.equal(got["layers.1.engram.embed.weight"], torch.arange(4.0).reshape(2, 2))
+    if not _gpu.cuda_unavailable_reason():
+        return  # a real GPU here: the device load below would run
+    with pytest.raises(ValueError, match="InstantTensor loading requires an NVIDIA GPU"):
+        list(instanttensor_weights_iterator([str(p)], False))  # the table to the device: a GPU needed
+
+
 def test_a_process_group_goes_to_the_engine(shards, monkeypatch):
     assert _gpu._collective_options(None) == {}
     pg, made = object(), []
