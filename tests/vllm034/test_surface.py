@@ -114,7 +114,7 @@ def _vllm_imports(folder: pathlib.Path):
 def test_every_vllm_name_the_plugin_imports_exists():
     found = list(_vllm_imports(PLUGIN))
     assert len(found) >= 9, found
-    for file, module, name in found:
+    for _file, module, name in found:
         mod = importlib.import_module(module)
         if name is not None and not hasattr(mod, name):
             importlib.import_module(f"{module}.{name}")  # a submodule, else ImportError names it
@@ -194,7 +194,8 @@ def test_every_function_of_034_is_in_vllm_compat_and_takes_034s_calls(module):
     wrong = {n: p for n, f in functions.items() if (p := _takes_the_same_calls(f, getattr(vllm_compat, n)))}
     assert not wrong, wrong
     if module == "weight_utils":
-        assert callable(vllm_compat.DisabledTqdm) and issubclass(vllm_compat.DisabledTqdm, theirs.DisabledTqdm.__mro__[1])
+        tqdm_base = theirs.DisabledTqdm.__mro__[1]
+        assert callable(vllm_compat.DisabledTqdm) and issubclass(vllm_compat.DisabledTqdm, tqdm_base)
 
 
 def _quant_model_config(folder, method, online=None):
