@@ -18,9 +18,9 @@ patch targets of monkeypatch/mock.patch strings:
   from vllm.model_executor.model_loader import weight_utils -> from weightlift import vllm_compat as weight_utils
 Everything else a test uses (vLLM's configs, layers, loaders, reload
 machinery) is vLLM's own in both runs. vLLM's tests/conftest.py (engine
-runners, HF runners, media assets) is replaced by conftest.py from this
-folder: the fixtures these files use, and the skips (both runs alike, each
-with its reason) of what this machine lacks.
+runners, HF runners, media assets) is replaced by upstream_conftest.py of
+this folder: the fixtures these files use, and the skips (both runs alike,
+each with its reason) of what this machine lacks.
 
 The two runs must have the same outcome for every test (so the same
 passed/skipped counts, file by file), and no failure; the exit status is 1
@@ -197,7 +197,7 @@ def _leftover(source: str) -> list[str]:
 def prepare(src: Path, dest: Path, target: str) -> None:
     """dest/tests: the selected test files and the sdist's helper modules
     (every .py not named test_*), imports rewritten for weightlift in all of
-    them; our conftest.py in place of vLLM's."""
+    them; upstream_conftest.py as conftest.py in place of vLLM's."""
     selected = {s.split("::")[0] for s in SELECTED}
 
     def skip(folder: str, names: list[str]) -> set[str]:
@@ -215,7 +215,7 @@ def prepare(src: Path, dest: Path, target: str) -> None:
                 raise SystemExit(f"{rel}: vLLM's module still named after the rewrite: {left}")
             if n:
                 py.write_text(text)
-    shutil.copy(HERE / "conftest.py", dest / "tests" / "conftest.py")
+    shutil.copy(HERE / "upstream_conftest.py", dest / "tests" / "conftest.py")
 
 
 def run(dest: Path, target: str, extra: list[str], touched: bool = False) -> dict:

@@ -35,7 +35,7 @@ import tempfile
 
 import pytest
 
-TARGET = os.environ.get("WL_SUITE_TARGET", "weightlift")
+TARGET = os.environ["WL_SUITE_TARGET"]  # weightlift | vllm
 
 _HUB = "downloads a model from huggingface.co, which this machine cannot reach"
 NEEDS_HUB = {
