@@ -40,7 +40,9 @@ def _as_dict(obj) -> dict | None:
     return dict(vars(obj))
 
 
-def _resolve_quant_config(model_config, load_config) -> QuantizationConfigResult:
+def _resolve_quant_config(model_config, load_config, with_online: bool = True) -> QuantizationConfigResult:
+    """with_online=False: the online arguments are not a source (vLLM reads
+    them as the config only for OnlineQuantizationConfig's methods)."""
     quantization = getattr(model_config, "quantization", None)
     if quantization is None:
         raise ValueError("Model quantization method is not specified in the config.")
@@ -53,7 +55,7 @@ def _resolve_quant_config(model_config, load_config) -> QuantizationConfigResult
     if not isinstance(overrides, dict):
         raise ValueError("hf_overrides must be a dict for get_quant_config to get the quantization config from it.")
     online = getattr(model_config, "quantization_config", None)
-    online_json = None if online is None else json.dumps(_as_dict(online), default=str)
+    online_json = None if online is None or not with_online else json.dumps(_as_dict(online), default=str)
     config, source, file, folder = _core.get_quant_config(
         os.fspath(model_config.model), quantization, None if hf is None else json.dumps(hf, default=str),
         json.dumps(overrides, default=str), online_json, getattr(model_config, "revision", None) or "",
@@ -63,31 +65,68 @@ def _resolve_quant_config(model_config, load_config) -> QuantizationConfigResult
 
 def get_quant_config(model_config, load_config):
     """vLLM's get_quant_config: vLLM's QuantizationConfig object when vLLM is
-    importable, else a QuantizationConfigResult with what it would be built from."""
-    r = _resolve_quant_config(model_config, load_config)
+    importable, else a QuantizationConfigResult with what it would be built from.
+    As vLLM's: online arguments beside a checkpoint's config (or a method's
+    defaults) become its online_quantization_config; they are the config
+    itself only for OnlineQuantizationConfig's methods."""
     try:
         from vllm.model_executor.layers.quantization import get_quantization_config
-    except ImportError:
-        return r
-    quant_cls = get_quantization_config(r.quantization)
-    if r.source == "hf_overrides.quantization_config_file":
-        return quant_cls.from_config_file(r.file)
-    if r.source == "hf_overrides.quantization_config_dict_json":
-        return quant_cls.from_config_dict_json(model_config.hf_overrides["quantization_config_dict_json"])
-    online = getattr(model_config, "quantization_config", None)
-    if r.source == "online":
         from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
-
-        if quant_cls is not OnlineQuantizationConfig:  # mxfp4, fp8 with online arguments: the shorthand's
-            shorthand = _online_shorthand(r.quantization, online)
-            if shorthand is not None:
-                return shorthand
+    except ImportError:
+        return _resolve_quant_config(model_config, load_config)
+    if getattr(model_config, "quantization", None) is None:
+        raise ValueError("Model quantization method is not specified in the config.")
+    quant_cls = get_quantization_config(model_config.quantization)
+    online = getattr(model_config, "quantization_config", None)
+    r = _resolve_quant_config(model_config, load_config, with_online=quant_cls is OnlineQuantizationConfig)
+    if r.source == "online":
         _check_online_weight_keys(online)
         return OnlineQuantizationConfig(args=online)
+    if r.source == "hf_overrides.quantization_config_file":
+        return _compose_online(quant_cls.from_config_file(r.file), online)
+    if r.source == "hf_overrides.quantization_config_dict_json":
+        return _compose_online(
+            quant_cls.from_config_dict_json(model_config.hf_overrides["quantization_config_dict_json"]), online)
     if r.source == "default":
         shorthand = _online_shorthand(r.quantization, online)
-        return quant_cls() if shorthand is None else shorthand
-    return quant_cls.from_config(r.config)
+        return _compose_online(quant_cls(), online) if shorthand is None else shorthand
+    config = r.config
+    if _is_modelopt(quant_cls):  # ModelOpt's configs take the online arguments themselves
+        _require_online_args(online, allow_none=True)
+        config = {**config, "_online_quantization_args": online}
+    return _compose_online(quant_cls.from_config(config), online)
+
+
+def _require_online_args(online, allow_none: bool = False) -> None:
+    """vLLM asserts model_config.quantization_config is a normalized
+    QuantizationConfigArgs (a raw dict is the caller's mistake): AssertionError."""
+    try:
+        from vllm.config.quantization import QuantizationConfigArgs
+    except ImportError:
+        return
+    if not (isinstance(online, QuantizationConfigArgs) or (allow_none and online is None)):
+        raise AssertionError(f"quantization_config must be a QuantizationConfigArgs, not {type(online).__name__} "
+                             f"(normalize it with vllm.config.quantization.resolve_quantization_config)")
+
+
+def _compose_online(checkpoint_config, online):
+    """vLLM's maybe_compose_online_quantization: online arguments beside a
+    checkpoint's config are its online_quantization_config."""
+    if online is None:
+        return checkpoint_config
+    from vllm.model_executor.layers.quantization.online.base import OnlineQuantizationConfig
+
+    _require_online_args(online)
+    checkpoint_config.online_quantization_config = OnlineQuantizationConfig(online)
+    return checkpoint_config
+
+
+def _is_modelopt(quant_cls) -> bool:
+    try:
+        from vllm.model_executor.layers.quantization.modelopt import ModelOptQuantConfigBase
+    except ImportError:
+        return False
+    return issubclass(quant_cls, ModelOptQuantConfigBase)
 
 
 def _check_online_weight_keys(args) -> None:
