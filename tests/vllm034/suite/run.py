@@ -79,6 +79,14 @@ _RELOAD = [  # test_reload.py's tests whose code calls a weight_utils name
     "test_attention_post_load_reads_normalized_transform",
     "TestModelHookOnSplitLoad",
 ]
+_ONLINE = [  # quantization/test_online.py's tests of weight_utils.get_quant_config (CPU, local config.json)
+    "test_legacy_fp8_online_quantization_uses_per_tensor_shorthand",
+    "test_online_activation_only_spec_raises",
+    "test_activation_only_override_applies_to_checkpoint_method",
+    "test_online_overlay_requires_normalized_quantization_config",
+    "test_online_overlay_loads_checkpoint_config_file",
+    "test_online_shorthand_selects_checkpoint_or_online_config",
+]
 SELECTED = [
     "model_executor/test_weight_utils.py",
     _LOADER + "test_ep_weight_filter.py",
@@ -93,6 +101,7 @@ SELECTED = [
     _LOADER + "test_reload_moe_kernels.py",
     *[f"{_LOADER}test_reload.py::{t}" for t in _RELOAD],
     "model_executor/test_eagle_quantization.py::test_maybe_remap_kv_scale_name",
+    *[f"quantization/test_online.py::{t}" for t in _ONLINE],
 ]
 
 # Module paths (dotted, in imports and patch-target strings) and the

@@ -6,7 +6,7 @@ local asset server, GPU-memory cleanup and a global cleanup after every test
 (gc and device caches: 0.8 s a test here, which the selected tests do not
 need; dist_init cleans up after itself); it also imports tblib, PIL and the
 test-model registry. This one keeps only the fixtures the selected tests
-use, as vLLM defines them (default_vllm_config, dist_init; both with a
+use, as vLLM defines them (default_vllm_config, dist_init, disable_log_dedup; the first two with a
 VllmConfig whose device is "cpu", which vLLM's CUDA build cannot infer
 without a GPU, and gloo), and adds the skips, each with its reason, of what
 this machine lacks, the same in both runs:
@@ -17,6 +17,10 @@ this machine lacks, the same in both runs:
     packages (they mock the package and assert the arguments vLLM passes
     it): neither package is installed here (tests/vllm034/requirements.txt)
     and weightlift's iterators of those names do not use them.
+
+and, without a GPU, tests/quantization/utils.py's is_quant_method_supported()
+says False as it does on vLLM's CPU platform (it asserts a device capability
+otherwise, which fails the collection of test_online.py).
 
 In the weightlift run, a test module still holding one of vLLM's
 weight_utils/ep_weight_filter functions after the rewrite fails the
@@ -139,9 +143,37 @@ def dist_init():
             os.unlink(store)
 
 
+@pytest.fixture
+def disable_log_dedup(monkeypatch):
+    """vLLM's: warning_once and info_once print every time (their lru_cache
+    bypassed), so that caplog sees a message logged once before."""
+    from vllm import logger
+
+    monkeypatch.setattr(logger, "_print_warning_once", logger._print_warning_once.__wrapped__)
+    monkeypatch.setattr(logger, "_print_info_once", logger._print_info_once.__wrapped__)
+    monkeypatch.setattr(logger, "_print_debug_once", logger._print_debug_once.__wrapped__)
+
+
 def pytest_configure(config):
     for mark in ("cpu_test", "slow_test", "skip_global_cleanup", "optional", "core_model", "distributed"):
         config.addinivalue_line("markers", f"{mark}: vLLM's test mark")
+    _no_gpu_no_quant_method()
+
+
+def _no_gpu_no_quant_method():
+    """tests/quantization/utils.py's is_quant_method_supported() says False
+    on vLLM's CPU platform ("quantization tests only run GPUs") but asserts a
+    device capability on the platform vLLM's CUDA build picks without a GPU,
+    which fails the collection of test_online.py (its GPU tests' skipif). Here
+    it says False there too: those tests skip, by their own condition."""
+    import tests.quantization.utils as quant_utils
+    from vllm.platforms import current_platform
+
+    if current_platform.is_cuda_alike() or current_platform.get_device_capability() is not None:
+        return
+    original = quant_utils.is_quant_method_supported
+    quant_utils.is_quant_method_supported = lambda method: False
+    quant_utils.is_quant_method_supported.__wrapped__ = original
 
 
 _VLLM_MODULES = ("vllm.model_executor.model_loader.weight_utils", "vllm.model_executor.model_loader.ep_weight_filter")
