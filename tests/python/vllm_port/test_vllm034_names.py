@@ -1,8 +1,12 @@
-"""vLLM 0.33/0.34's weight_utils changes, as cases of vLLM 0.34's behaviour
-(rewritten from its sources; vLLM's own tests are not in its wheel): each
+"""vLLM 0.33/0.34's weight_utils changes that vLLM 0.34's own tests do not
+cover, as cases of vLLM 0.34's behaviour (written from its sources): each
 case runs against weightlift.vllm_compat and, where vLLM 0.34 is importable
 (scripts/test's vLLM 0.34 step), against vLLM's own weight_utils in the same
-run, so the expectations are 0.34's and not only ours."""
+run, so the expectations are 0.34's and not only ours. vLLM's own tests
+(attention sinks, EPLB expert ids, dummy fp8/e8m0/packed values, finalize
+hooks, drop_checkpoint_cache on a folder, get_quant_config's online
+quantization, ...) run against vllm_compat in the same step:
+tests/vllm034/suite/run.py."""
 from __future__ import annotations
 
 import inspect
@@ -34,18 +38,13 @@ class Impl:
     def __init__(self, which: str, monkeypatch):
         self.which, self.mp = which, monkeypatch
         if which == "vllm":
-            from vllm.model_executor.model_loader import ep_weight_filter, weight_utils
+            from vllm.model_executor.model_loader import weight_utils
         else:
-            import weightlift.weight_utils as weight_utils
-            from weightlift import ep_weight_filter
-        self.mod, self.ep = weight_utils, ep_weight_filter
+            from weightlift import vllm_compat as weight_utils
+        self.mod = weight_utils
 
     def set_rank(self, rank: int) -> None:
         self.mp.setattr(self.mod, "get_world_group", lambda: types.SimpleNamespace(rank=rank))
-
-    def set_tp(self, rank: int, size: int) -> None:
-        self.mp.setattr(self.mod, "get_tensor_model_parallel_rank", lambda: rank)
-        self.mp.setattr(self.mod, "get_tensor_model_parallel_world_size", lambda: size)
 
 
 @pytest.fixture(params=IMPLS)
@@ -184,21 +183,6 @@ def test_dummy_values_by_dtype(impl):
     fill(torch.empty(3, device="meta"))  # left alone
 
 
-# ---- attention sinks (0.33) ----------------------------------------------------------------------------------
-
-
-def test_attention_sinks(impl):
-    impl.set_tp(1, 2)
-    sink = impl.mod.make_attention_sink(4, dtype=torch.float32)
-    assert isinstance(sink, torch.nn.Parameter) and not sink.requires_grad
-    assert sink.weight_loader is impl.mod.load_attention_sink and bool((sink == -float("inf")).all())
-    sink.weight_loader(sink, torch.arange(6.0))  # 6 heads over 2 ranks: rank 1 has heads 3-5, one pad
-    assert sink.tolist() == [3.0, 4.0, 5.0, -float("inf")]
-    with pytest.raises(ValueError, match="divisible"):
-        impl.mod.load_attention_sink(sink, torch.arange(5.0))
-    assert impl.mod.make_attention_sink(2).dtype == torch.get_default_dtype()
-
-
 # ---- finalize_model_weights (0.34) -----------------------------------------------------------------------------
 
 
@@ -233,6 +217,8 @@ def _quant_method(log):
 
 
 def test_finalize_model_weights_runs_each_hook_once_children_first(impl):
+    # vLLM's test_finalize_runs_every_module_hook_after_its_submodules covers vLLM's path;
+    # here also weightlift's without vLLM installed (its own quant-method and attention tests).
     log = []
     shared = _Hooked("shared", log)
     inner = _Hooked("inner", log)
@@ -291,24 +277,3 @@ def test_drop_checkpoint_cache_finds_snapshots_without_refs(impl, tmp_path, monk
     released.clear()
     impl.mod.drop_checkpoint_cache("org/absent", cache_dir=str(tmp_path))  # nothing found: logged only
     assert released == []
-
-
-# ---- compute_eplb_local_expert_ids (0.34) --------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(("experts", "redundant", "ep_size"), [(8, 4, 4), (8, 0, 4), (6, 3, 3), (4, 6, 5)])
-def test_eplb_local_expert_ids(impl, experts, redundant, ep_size):
-    if impl.which == "vllm":
-        from vllm.model_executor.model_loader.ep_weight_filter import compute_eplb_local_expert_ids
-    else:
-        from weightlift.vllm_compat import compute_eplb_local_expert_ids
-    slots = experts + redundant
-    initial = list(range(experts)) + [i % experts for i in range(redundant)]  # EPLB's initial map
-    base, extra = divmod(slots, ep_size)
-    start = 0
-    for rank in range(ep_size):
-        n = base + (rank < extra)
-        assert compute_eplb_local_expert_ids(experts, redundant, ep_size, rank) == {
-            initial[p] for p in range(start, start + n)}
-        start += n
-    assert compute_eplb_local_expert_ids(experts, redundant, 1, 0) is None
