@@ -41,6 +41,7 @@
 #include <memory>
 #include <optional>
 #include <set>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -100,5 +101,28 @@ class ReadAhead {
   explicit ReadAhead(std::shared_ptr<State> s) : s_(std::move(s)) {}
   std::shared_ptr<State> s_;
 };
+
+// The end of a read-ahead for memory that maps files (the vLLM plug-in's
+// parameters made views of the checkpoint's pages): every page of `ranges`
+// brought into memory (read from the file where the page cache does not
+// hold it) and mapped into this process (MADV_POPULATE_READ: read faults
+// only, so a private mapping stays shared with the page cache and no page
+// is copied), `threads` threads at a time (0: 4), so that a load that
+// returns leaves no read to the first access. Each range must lie in a
+// mapping of this process. kIoError naming the range's index when its
+// pages cannot be read: the file was truncated under the mapping (a later
+// access would raise SIGBUS), or the read failed. Kernels before 5.14
+// (no MADV_POPULATE_READ): one read per page instead, which a truncated
+// file turns into SIGBUS.
+struct MappedRange {
+  const std::byte* data = nullptr;
+  uint64_t size = 0;
+};
+struct PopulateStats {
+  uint64_t bytes = 0;               // the ranges' bytes
+  uint64_t bytes_not_resident = 0;  // of them, on pages the page cache did not hold before (mincore)
+  double seconds = 0;
+};
+Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int threads = 0);
 
 }  // namespace wl

@@ -6,6 +6,8 @@
 //   weightlift._core.Prefaulter  the first touch of the caller's memory
 //                                (destination.h), fed each parameter as it
 //                                is allocated
+//   weightlift._core.populate_read  memory mapped onto files brought in
+//                                before the load returns (read_ahead.h)
 //
 // GIL: released while waiting; both run on their own threads.
 #include <cstdint>
@@ -17,6 +19,7 @@
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/set.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/unique_ptr.h>
@@ -60,6 +63,23 @@ nb::dict progress(const wl::ReadAhead& ra) {
   return d;
 }
 
+nb::dict populate(const std::vector<std::pair<uintptr_t, uint64_t>>& ranges, int threads) {
+  std::vector<wl::MappedRange> rs;
+  rs.reserve(ranges.size());
+  for (auto& [data, size] : ranges) rs.push_back({reinterpret_cast<const std::byte*>(data), size});
+  std::optional<wl::Result<wl::PopulateStats>> st;
+  {
+    nb::gil_scoped_release nogil;
+    st.emplace(wl::populate_read(rs, threads));
+  }
+  wl::PopulateStats p = unwrap(std::move(*st));
+  nb::dict d;
+  d["bytes"] = p.bytes;
+  d["bytes_not_resident"] = p.bytes_not_resident;
+  d["seconds"] = p.seconds;
+  return d;
+}
+
 }  // namespace
 
 wl::Env* read_ahead_env(nb::handle h) {
@@ -90,6 +110,10 @@ void bind_read_ahead(nb::module_& m) {
           },
           "the job's first failure as text ('' when none): the load reads those bytes itself")
       .def("stop", &wl::ReadAhead::stop);
+
+  m.def("populate_read", &populate, "ranges"_a, "threads"_a = 0,
+        "every page of [(address, bytes)] (memory mapped onto files) read in and mapped: "
+        "{bytes, bytes_not_resident, seconds}; IOError naming the range when a file was truncated under it");
 
   nb::class_<wl::Prefaulter>(m, "Prefaulter")
       .def(nb::init<bool>(), "huge_pages"_a = false)

@@ -4,6 +4,7 @@
     open_stream(files)     the engine's background load (_core.Stream)
     read_ahead(files)      a load's reads started before the load (_core.ReadAhead)
     prefaulter()           first touch of the caller's memory ahead of the load (_core.Prefaulter)
+    populate_read(ranges)  memory mapped onto files brought in before the load returns
     iterate(files)         the load as (name, torch.Tensor), with its progress bar
     tensors(stream, files) the same over a stream already open
     progress_bar(...)      the package's bar (tqdm, or nothing when disabled)
@@ -97,6 +98,16 @@ def prefaulter(huge_pages: bool | None = None) -> _core.Prefaulter:
     if huge_pages is None:
         huge_pages = os.environ.get("WEIGHTLIFT_CALLER_HUGE_PAGES") == "1"
     return _core.Prefaulter(bool(huge_pages))
+
+
+def populate_read(ranges: Iterable[tuple[int, int]], threads: int = 0) -> dict:
+    """Every page of the (address, nbytes) ranges, memory mapped onto files
+    (parameters made views of a checkpoint's pages), read in where the page
+    cache lacks it and mapped into this process, `threads` at a time (0: 4),
+    the GIL released: a load that returns leaves no read to the first access
+    (read_ahead.h). {bytes, bytes_not_resident, seconds}; OSError naming the
+    range's index when a file was truncated under its mapping."""
+    return _core.populate_read([(int(a), int(n)) for a, n in ranges], threads)
 
 
 # ---- progress ----------------------------------------------------------------------------

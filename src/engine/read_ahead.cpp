@@ -7,11 +7,15 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
 #include <thread>
+
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <fmt/format.h>
 
@@ -456,5 +460,88 @@ ReadAheadProgress ReadAhead::progress() const {
 }
 
 Env* ReadAhead::env() { return s_->env.get(); }
+
+// ---- populate_read -------------------------------------------------------------------------------
+
+#ifndef MADV_POPULATE_READ
+#define MADV_POPULATE_READ 22  // Linux 5.14
+#endif
+
+namespace {
+
+struct Chunk {
+  size_t range;
+  uintptr_t begin, end;  // page-aligned
+};
+
+// Pages of [begin, end) the page cache holds (mincore); 0 when it cannot tell.
+uint64_t resident_pages(uintptr_t begin, uintptr_t end, uintptr_t page) {
+  std::vector<unsigned char> vec((end - begin) / page);
+  if (::mincore(reinterpret_cast<void*>(begin), end - begin, vec.data()) != 0) return 0;
+  uint64_t n = 0;
+  for (unsigned char v : vec) n += v & 1;
+  return n;
+}
+
+Status populate_chunk(const Chunk& c, uintptr_t page) {
+  if (::madvise(reinterpret_cast<void*>(c.begin), c.end - c.begin, MADV_POPULATE_READ) == 0) return Status();
+  const int err = errno;
+  if (err == EINVAL) {  // a kernel without MADV_POPULATE_READ: a read per page
+    for (uintptr_t a = c.begin; a < c.end; a += page) (void)*reinterpret_cast<volatile const std::byte*>(a);
+    return Status();
+  }
+  if (err == EFAULT)
+    return Status::IoError(
+        fmt::format("range {}: its pages cannot be read (the file under the mapping was "
+                    "truncated, or reading it failed)",
+                    c.range));
+  return Status::FromErrno(err, fmt::format("range {}: populating its pages", c.range));
+}
+
+}  // namespace
+
+Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int threads) {
+  if (threads < 0) return Status::InvalidArgument(fmt::format("populate_read: threads {} < 0", threads));
+  const auto t0 = Clock::now();
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  constexpr uintptr_t kStep = uintptr_t{8} << 20;  // bytes per chunk (a multiple of the page size)
+  PopulateStats st;
+  std::vector<Chunk> chunks;
+  for (size_t i = 0; i < ranges.size(); ++i) {
+    if (ranges[i].size == 0) continue;
+    if (ranges[i].data == nullptr) return Status::InvalidArgument(fmt::format("populate_read: range {} is null", i));
+    st.bytes += ranges[i].size;
+    const auto a = reinterpret_cast<uintptr_t>(ranges[i].data) / page * page;
+    const auto b = (reinterpret_cast<uintptr_t>(ranges[i].data) + ranges[i].size + page - 1) / page * page;
+    for (uintptr_t x = a; x < b; x += kStep) chunks.push_back({i, x, std::min(b, x + kStep)});
+  }
+  std::atomic<size_t> next{0};
+  std::atomic<uint64_t> missing{0};
+  std::mutex mu;
+  Status first;
+  auto worker = [&] {
+    for (size_t ci; (ci = next.fetch_add(1)) < chunks.size();) {
+      const Chunk& c = chunks[ci];
+      const uint64_t pages = (c.end - c.begin) / page;
+      const uint64_t held = resident_pages(c.begin, c.end, page);
+      missing += (pages - std::min(held, pages)) * page;
+      if (Status s = populate_chunk(c, page); !s.ok()) {
+        std::lock_guard lk(mu);
+        if (first.ok()) first = std::move(s);
+        next.store(chunks.size());
+        return;
+      }
+    }
+  };
+  const size_t n = std::min<size_t>(threads ? threads : kLocalThreads, std::max<size_t>(chunks.size(), 1));
+  std::vector<std::thread> ts;
+  for (size_t t = 1; t < n; ++t) ts.emplace_back(worker);
+  worker();
+  for (auto& t : ts) t.join();
+  WL_RETURN_IF_ERROR(first);
+  st.bytes_not_resident = std::min(missing.load(), st.bytes);
+  st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return st;
+}
 
 }  // namespace wl
