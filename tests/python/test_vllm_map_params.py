@@ -114,3 +114,112 @@ def test_map_into_refuses_what_does_not_fit(tmp_path):
     # Stacked parts and a padded vocabulary are never mappable.
     assert not _direct.mappable(plan.placements["model.layers.0.self_attn.q_proj.weight"])
     assert not _direct.mappable(plan.placements["model.embed_tokens.weight"])
+
+
+def _big_checkpoint(tmp_path, views=True):
+    """Two 1 MiB tensors (many pages each) and, with `views`, what map_params
+    maps of them: [(name, file, address, nbytes)] over the file's pages (the
+    engine's views, kept in `keep`)."""
+    from safetensors.torch import save_file
+
+    g = torch.Generator().manual_seed(5)
+    t = {"a.weight": torch.randn(512, 1024, generator=g).to(torch.bfloat16),
+         "b.weight": torch.randn(1024, 512, generator=g).to(torch.bfloat16)}
+    f = str(tmp_path / "model.safetensors")
+    save_file(t, f)
+    if not views:
+        return f, t, {}, []
+    keep = dict(iterate([f], file_views=True, strategy="lazy", ordered=False))  # as _map_params_impl maps
+    return f, t, keep, [(n, f, v.data_ptr(), v.numel() * v.element_size()) for n, v in keep.items()]
+
+
+def _resident_pages(addr, n):
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    page = mmap.PAGESIZE
+    a, b = addr // page * page, (addr + n + page - 1) // page * page
+    vec = (ctypes.c_ubyte * ((b - a) // page))()
+    assert libc.mincore(a, b - a, vec) == 0
+    return sum(v & 1 for v in vec), len(vec)
+
+
+def test_mapped_parameters_are_read_in_before_the_load_returns(tmp_path):
+    import ctypes
+    import mmap
+    import os
+
+    from weightlift.vllm_plugin import _read_ahead
+
+    f, t, _, _ = _big_checkpoint(tmp_path, views=False)
+    # The file mapped copy-on-write with no page mapped in yet (the engine's views map theirs in as
+    # they are handed over), then its pages dropped from the page cache: a cold mapped parameter.
+    fd = os.open(f, os.O_RDONLY)
+    header = 8 + int.from_bytes(os.pread(fd, 8, 0), "little")  # (a fault on the mapping would read around it)
+    m = mmap.mmap(fd, os.fstat(fd).st_size, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    os.fdatasync(fd)  # (dirty pages stay)
+    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    os.close(fd)
+    base = ctypes.addressof(ctypes.c_char.from_buffer(m))
+    mapped = [("a.weight", f, base + header, 1 << 20), ("b.weight", f, base + header + (1 << 20), 1 << 20)]
+    missing = sum(p - r for r, p in (_resident_pages(a, n) for _, _, a, n in mapped))
+    assert missing > 0, "the page cache kept the file: nothing to test"
+    got = _read_ahead.make_resident(mapped, threads=2)
+    assert got["bytes"] == 2 << 20
+    assert got["bytes_not_resident"] == min(missing * 4096, got["bytes"])
+    for _, _, a, n in mapped:
+        r, p = _resident_pages(a, n)
+        assert r == p
+    assert _read_ahead.make_resident(mapped)["bytes_not_resident"] == 0
+    view = torch.frombuffer(m, dtype=torch.int16, count=(2 << 20) // 2, offset=header)
+    assert torch.equal(view, torch.cat([t["a.weight"].view(torch.int16).reshape(-1),
+                                        t["b.weight"].view(torch.int16).reshape(-1)]))  # the file's bytes
+
+
+def test_a_checkpoint_truncated_under_its_mapped_parameters_fails_the_load_naming_them(tmp_path):
+    from weightlift.vllm_plugin import _read_ahead
+
+    f, _, keep, mapped = _big_checkpoint(tmp_path)
+    with open(f, "r+b") as fh:  # modified in place under the mapping: cut after the first tensor's first page
+        fh.truncate(8192)
+    with pytest.raises(RuntimeError, match="cannot be read into memory") as e:
+        _read_ahead.make_resident(mapped)
+    assert f in str(e.value) and any(f"parameter {n}," in str(e.value) for n, *_ in mapped)
+    keep.clear()  # (never touched again: their pages are gone)
+
+
+@pytest.mark.parametrize("option,types,on", [
+    ("auto", {"/m": "ext4"}, True),
+    ("auto", {"/m": "xfs", "/n": "tmpfs"}, True),
+    ("auto", {"/m": "overlay"}, True),
+    ("auto", {"/m": "nfs4"}, False),
+    ("auto", {"/m": "ext4", "/n": "lustre"}, False),
+    ("auto", {"/m": "fuse.s3fs"}, False),
+    ("auto", {"/m": "cifs"}, False),
+    ("auto", {"/m": "virtiofs"}, False),
+    ("auto", {"/m": "9p"}, False),
+    ("auto", {"/m": ""}, False),  # the mount table does not tell
+    (True, {"/m": "nfs4"}, True),
+    (False, {"/m": "ext4"}, False),
+])
+def test_map_params_by_default_only_where_the_checkpoint_is_on_a_local_filesystem(option, types, on):
+    from weightlift.vllm_plugin._options import map_params_on
+
+    got, why = map_params_on(option, types)
+    assert got is on
+    if option == "auto" and not on:
+        assert "not a local filesystem" in why and "copied" in why
+        bad = [t for t in types.values() if t not in ("ext4", "xfs", "tmpfs")]
+        assert (bad[0] or "an unknown filesystem") in why
+
+
+def test_map_params_option_values():
+    from weightlift.vllm_plugin._options import Options
+
+    assert Options.parse({})[0].map_params == "auto"
+    assert Options.parse({"map_params": True})[0].map_params is True
+    assert Options.parse({"map_params": False})[0].map_params is False
+    with pytest.raises(ValueError, match="map_params must be true, false or 'auto', got 'yes'"):
+        Options.parse({"map_params": "yes"})

@@ -33,7 +33,7 @@ from .._engine import options as engine_options
 from .._tensors import TORCH_DTYPES, TORCH_TO_NAME
 from . import _affinity, _direct, _progress
 from . import _read_ahead as _early
-from ._options import Options
+from ._options import Options, map_params_on
 
 logger = logging.getLogger("weightlift.vllm")
 
@@ -503,8 +503,12 @@ class WeightliftModelLoader(DefaultModelLoader):
             stats["first_touch"] = touched
         try:
             direct = {prefix_n: pl for prefix_n, pl in plan.placements.items()}
-            if direct and opts.map_params and early is not None and not early.remote and early.covers_everything():
-                self._map_params(model, direct, files, unprefixed, common, stats)
+            if direct and early is not None and not early.remote and early.covers_everything():
+                mapping, why = map_params_on(opts.map_params, _fs_types(files))
+                stats["map_params"] = why
+                logger.info("weightlift: %s", why)
+                if mapping:
+                    self._map_params(model, direct, files, unprefixed, common, stats)
             direct = {n: pl for n, pl in direct.items() if n not in stats.get("mapped", ())}
             if direct:
                 t1 = time.perf_counter()
@@ -553,6 +557,16 @@ class WeightliftModelLoader(DefaultModelLoader):
                 stats["bytes_read"] += p.get("bytes_read", 0)
                 stats["bytes_exchanged"] += p.get("bytes_exchanged", 0)
                 stats["strategy"] = p.get("strategy")
+            if mapped:
+                # Every mapped page in memory before load_weights returns, as a copy leaves it.
+                t1 = time.perf_counter()
+                with _affinity.widened(opts.cpus):
+                    got = _early.make_resident([(plan.placements[n].param_name, file_of[unprefixed[n]],
+                                                 plan.placements[n].region.data_ptr(), plan.placements[n].nbytes)
+                                                for n in mapped], threads=opts.threads)
+                stats["mapped_populate"] = got
+                stats["mapped_seconds"] += time.perf_counter() - t1
+                stats["direct_seconds"] += time.perf_counter() - t1
         finally:
             bar.close()
         stats["rss_end"] = _progress.rss_bytes()
@@ -615,6 +629,11 @@ def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, co
     stats["direct_bytes"] += nbytes
     stats["direct_seconds"] += stats["mapped_seconds"]
     stats["bytes_read"] += nbytes  # taken from the files (through the page cache) as a copy would have
+
+
+def _fs_types(files: list[str]) -> dict[str, str]:
+    """{folder: the filesystem type serving it} for the files' folders."""
+    return {d: _core.filesystem_type(d) for d in {os.path.dirname(os.path.abspath(f)) for f in files}}
 
 
 def _nbytes(dtype: str, shape) -> int:

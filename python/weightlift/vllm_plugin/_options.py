@@ -62,8 +62,9 @@ class Options:
     # becomes those bytes: its storage is replaced by a zero-copy view of the
     # file's pages (a private copy-on-write mapping), when the read-ahead has
     # brought the checkpoint into the page cache. No fresh page touched, no
-    # byte copied (_loader._map_params_impl).
-    map_params: bool = True
+    # byte copied (_loader._map_params_impl). "auto": only where the files lie
+    # on a local filesystem (map_params_on); true: wherever; false: never.
+    map_params: bool | str = "auto"
 
     @classmethod
     def parse(cls, extra: dict) -> tuple[Options, dict]:
@@ -92,9 +93,11 @@ class Options:
             kw["distributed"] = "on" if d else "off"
         elif d not in _TRISTATE:
             raise ValueError(f"weightlift option distributed must be true, false or 'auto', got {d!r}")
-        for k in ("into_params", "read_ahead", "prefault", "map_params"):
+        for k in ("into_params", "read_ahead", "prefault"):
             if not isinstance(kw.get(k, True), bool):
                 raise ValueError(f"weightlift option {k} must be a bool, got {kw[k]!r}")
+        if not isinstance(kw.get("map_params", True), bool) and kw["map_params"] != "auto":
+            raise ValueError(f"weightlift option map_params must be true, false or 'auto', got {kw['map_params']!r}")
         return cls(**kw), rest
 
     def engine(self, **extra) -> dict:
@@ -103,3 +106,34 @@ class Options:
                  max_memory=self.max_memory or None, direct=self.direct_io)
         o.update(extra)
         return {k: v for k, v in o.items() if v is not None}
+
+
+# Filesystems whose pages a parameter may stay mapped onto while vLLM serves
+# (map_params "auto"): local ones, on a block device of this machine or in
+# its memory. A clean page of theirs the kernel reclaims under memory
+# pressure is read again from the local disk on the next access (a stall,
+# never a failure). Not: network and cluster filesystems (nfs, cifs, lustre,
+# gpfs, ceph, ...), FUSE (s3fs, gcsfuse, sshfs, ...), a host's share into a
+# VM (9p, virtiofs): there a page re-read during serving waits on a server,
+# and an outage hangs the access or kills the process (SIGBUS); nor a type
+# the mount table does not tell.
+LOCAL_FILESYSTEMS = frozenset({
+    "ext2", "ext3", "ext4", "xfs", "btrfs", "f2fs", "zfs", "bcachefs", "jfs", "reiserfs", "nilfs2",
+    "tmpfs", "ramfs", "overlay", "squashfs", "erofs",
+})
+
+
+def map_params_on(option: bool | str, fs_types: dict[str, str]) -> tuple[bool, str]:
+    """Whether parameters may be mapped onto the checkpoint's pages, and why:
+    `option` (map_params: True, False or "auto") and the filesystem type
+    serving each file ({path: type, "" when unknown}). "auto" maps only when
+    every file lies on a LOCAL_FILESYSTEMS type."""
+    if option is True:
+        return True, "map_params: true"
+    if option is False:
+        return False, "map_params: false"
+    others = sorted({t or "an unknown filesystem" for t in fs_types.values() if t not in LOCAL_FILESYSTEMS})
+    if others:
+        return False, (f"map_params auto: the checkpoint is on {', '.join(others)}, not a local filesystem (a page "
+                       f"re-read while serving would wait on its server); parameters are copied")
+    return True, f"map_params auto: the checkpoint is on {', '.join(sorted(set(fs_types.values())))}"

@@ -25,19 +25,26 @@ each host parameter, as it is registered, to an engine Prefaulter
 (FirstTouch below), whose thread faults the pages in beside the
 construction; the copies then find them there.
 
-Neither ever fails a load: anything they cannot do is logged and left to
-the load itself. Their figures (bytes read before placement started: the
-overlap; bytes faulted in) go to the log and to the loader's statistics.
+The read-ahead and the first touch never fail a load: anything they cannot
+do is logged and left to the load itself. Their figures (bytes read before
+placement started: the overlap; bytes faulted in) go to the log and to the
+loader's statistics.
+
+And the end: parameters mapped onto the checkpoint's pages (map_params) are
+read in before load_weights returns (make_resident), whatever the
+read-ahead reached; a file that cannot be (truncated under the mapping)
+fails the load there, not the first inference.
 """
 from __future__ import annotations
 
 import logging
 import os
+import re
 import time
 
 import torch
 
-from .._engine import prefaulter, read_ahead
+from .._engine import populate_read, prefaulter, read_ahead
 
 logger = logging.getLogger("weightlift.vllm")
 
@@ -131,6 +138,30 @@ class FirstTouch:
             return {}
         job.stop()
         return {"bytes_queued": job.bytes_queued(), "bytes_done": job.bytes_done()}
+
+
+def make_resident(mapped: list[tuple[str, str, int, int]], threads: int = 0) -> dict:
+    """The end of the read-ahead for parameters mapped onto the checkpoint's
+    pages (map_params), [(parameter, file, address, nbytes)]: every page
+    read in where the page cache does not hold it (a cold load placed while
+    the read-ahead still read, or the kernel let pages go) and mapped, so
+    that a load that returns leaves no read to the first inference, as a
+    copying loader does. The engine's populate_read; its figures
+    {bytes, bytes_not_resident, seconds}, logged when something was read.
+    A file truncated under its mapping is a RuntimeError naming the
+    parameter and the file (a later access would raise SIGBUS)."""
+    try:
+        got = populate_read([(a, n) for _, _, a, n in mapped], threads=threads)
+    except OSError as e:
+        m = re.search(r"range (\d+)", str(e))
+        i = int(m.group(1)) if m else -1
+        where = f"parameter {mapped[i][0]}, mapped onto {mapped[i][1]}, " if 0 <= i < len(mapped) else ""
+        raise RuntimeError(f"weightlift: {where}cannot be read into memory ({e}); was the checkpoint modified "
+                           f"while it loaded? (map_params: false copies every parameter)") from e
+    if got["bytes_not_resident"]:
+        logger.info("weightlift: %.0f MB of the mapped parameters were not in memory yet: read in %.2f s",
+                    got["bytes_not_resident"] / 1e6, got["seconds"])
+    return got
 
 
 def _host_ranks() -> tuple[int, int]:
