@@ -61,7 +61,7 @@ def _copy(dst: int, src: int, n: int, threads: int) -> float:
 
 
 def memcpy_bandwidth(size: int = 512 << 20, repeats: int = 3) -> dict:
-    """GB/s of memmove: {touched_1t, fresh_1t, fresh_huge_1t, touched_all, fresh_huge_all} (medians)."""
+    """GB/s of memmove: {touched_1t, fresh_1t, fresh_huge_1t, touched_all, fresh_all, fresh_huge_all} (medians)."""
     cpus = len(os.sched_getaffinity(0))
     src = _anon(size)
     src.write(os.urandom(1 << 20) * (size >> 20))
@@ -69,7 +69,8 @@ def memcpy_bandwidth(size: int = 512 << 20, repeats: int = 3) -> dict:
     out: dict[str, list[float]] = {}
     for _ in range(repeats):
         for key, threads, fresh, huge in (("fresh_1t", 1, True, False), ("fresh_huge_1t", 1, True, True),
-                                           ("touched_1t", 1, False, False), ("fresh_huge_all", cpus, True, True),
+                                           ("touched_1t", 1, False, False), ("fresh_all", cpus, True, False),
+                                           ("fresh_huge_all", cpus, True, True),
                                            ("touched_all", cpus, False, False)):
             dst = _fresh(size, huge)
             d = _addr(dst)

@@ -6,16 +6,25 @@ loader logs no "Loading weights took", so this wraps each loader's load_model
 loader's load_weights when vLLM imports it, and prints one line:
 
     [bench] model load 1.234567 s, load_weights 0.123456 s, peak RSS 1234567890 bytes, pid 123,
-            create 1.0 s, post 0.1 s
+            create 1.0 s, post 0.1 s, resident 1000/1000 mapped 500/500 bytes
 
 create: the model's construction (BaseModelLoader.create_model: modules
 built, parameters allocated, untouched); post: process_weights_after_loading
 (the CPU backend's weight repacking). The rest of `model load` is
 load_weights plus vLLM's gc/empty_cache calls.
 
+resident: once load_model has returned (outside the timing), how many of
+the bytes of the model's host parameters are in memory (mincore over their
+pages): every parameter's, and of them those whose memory maps a file
+(weightlift's map_params: a view of the checkpoint's pages). A load_model
+that returns with mapped pages not yet read would move disk reads into the
+first inference; bench/vllm/run.py fails the bench on it.
+
 Nothing else of vLLM changes."""
+import ctypes
 import importlib.abc
 import importlib.util
+import mmap
 import os
 import sys
 import time
@@ -31,6 +40,56 @@ def _vm_hwm() -> int:
     except OSError:
         pass
     return 0
+
+
+def _file_ranges() -> list[tuple[int, int]]:
+    """(start, end) of this process's mappings of files (/proc/self/maps)."""
+    out = []
+    with open("/proc/self/maps") as f:
+        for line in f:
+            parts = line.split(None, 5)
+            if len(parts) >= 6 and parts[4] != "0" and parts[5].startswith("/"):
+                a, b = parts[0].split("-")
+                out.append((int(a, 16), int(b, 16)))
+    return out
+
+
+def _resident_pages(addr: int, n: int) -> tuple[int, int]:
+    """(resident pages, pages) of [addr, addr+n), mincore."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    page = mmap.PAGESIZE
+    a, b = addr // page * page, (addr + n + page - 1) // page * page
+    vec = (ctypes.c_ubyte * ((b - a) // page))()
+    if libc.mincore(a, b - a, vec) != 0:
+        return 0, len(vec)
+    return sum(v & 1 for v in vec), len(vec)
+
+
+def residency(model) -> str:
+    """'resident R/T mapped MR/MT bytes' over the model's host parameters
+    (each storage once); mapped: those lying in a file mapping."""
+    import torch
+
+    files = _file_ranges()
+    page = mmap.PAGESIZE
+    seen = set()
+    total = resident = mtotal = mresident = 0
+    for p in model.parameters():
+        if p.device.type != "cpu" or p.layout != torch.strided or p.numel() == 0:
+            continue
+        addr, n = p.data_ptr(), p.numel() * p.element_size()
+        if (addr, n) in seen:
+            continue
+        seen.add((addr, n))
+        r, pages = _resident_pages(addr, n)
+        got = min(r * page, n) if r < pages else n
+        total += n
+        resident += got
+        if any(s <= addr < e for s, e in files):
+            mtotal += n
+            mresident += got
+    return f"resident {resident}/{total} mapped {mresident}/{mtotal} bytes"
 
 
 class _Hook(importlib.abc.MetaPathFinder):
@@ -82,9 +141,10 @@ class _Hook(importlib.abc.MetaPathFinder):
                         model = inner(*args, **kwargs)
                     finally:
                         del self.load_weights
-                    print(f"[bench] model load {time.perf_counter() - t0:.6f} s, load_weights {sum(weights):.6f} s, "
+                    took = time.perf_counter() - t0
+                    print(f"[bench] model load {took:.6f} s, load_weights {sum(weights):.6f} s, "
                           f"peak RSS {_vm_hwm()} bytes, pid {os.getpid()}, create {phases.get('create', 0):.6f} s, "
-                          f"post {phases.get('post', 0):.6f} s", flush=True)
+                          f"post {phases.get('post', 0):.6f} s, {residency(model)}", flush=True)
                     return model
 
                 return load_model
