@@ -120,7 +120,7 @@ struct MappedRange {
 };
 struct PopulateStats {
   uint64_t bytes = 0;               // the ranges' bytes
-  uint64_t bytes_not_resident = 0;  // of them, on pages the page cache did not hold before (mincore)
+  uint64_t bytes_not_resident = 0;  // of them, on pages the page cache did not hold at the call (mincore)
   double seconds = 0;
 };
 Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int threads = 0);

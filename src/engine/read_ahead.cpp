@@ -515,16 +515,19 @@ Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int thr
     const auto b = (reinterpret_cast<uintptr_t>(ranges[i].data) + ranges[i].size + page - 1) / page * page;
     for (uintptr_t x = a; x < b; x += kStep) chunks.push_back({i, x, std::min(b, x + kStep)});
   }
+  // Counted before any populating: a chunk's faults make the kernel read ahead into the next
+  // chunks' pages, which a count taken by each worker would then miss.
+  uint64_t missing = 0;
+  for (const Chunk& c : chunks) {
+    const uint64_t pages = (c.end - c.begin) / page;
+    missing += (pages - std::min(resident_pages(c.begin, c.end, page), pages)) * page;
+  }
   std::atomic<size_t> next{0};
-  std::atomic<uint64_t> missing{0};
   std::mutex mu;
   Status first;
   auto worker = [&] {
     for (size_t ci; (ci = next.fetch_add(1)) < chunks.size();) {
       const Chunk& c = chunks[ci];
-      const uint64_t pages = (c.end - c.begin) / page;
-      const uint64_t held = resident_pages(c.begin, c.end, page);
-      missing += (pages - std::min(held, pages)) * page;
       if (Status s = populate_chunk(c, page); !s.ok()) {
         std::lock_guard lk(mu);
         if (first.ok()) first = std::move(s);
@@ -539,7 +542,7 @@ Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int thr
   worker();
   for (auto& t : ts) t.join();
   WL_RETURN_IF_ERROR(first);
-  st.bytes_not_resident = std::min(missing.load(), st.bytes);
+  st.bytes_not_resident = std::min(missing, st.bytes);
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return st;
 }
