@@ -21,6 +21,7 @@
 #include "weightlift/read_path.h"
 #include "weightlift/shard.h"
 #include "weightlift/status.h"
+#include "weightlift/switches.h"
 #include "weightlift/system.h"
 #include "weightlift/tensor.h"
 
@@ -131,6 +132,10 @@ struct LoadOptions {
 
   // The system facts `auto` and the memory policy consult.
   SystemInfo* system = SystemInfo::Default();
+
+  // The read path's A/B switches (switches.h), as the environment set them
+  // when these options were made.
+  Switches switches = read_switches();
 };
 
 struct LoadStats {

@@ -2,9 +2,6 @@
 // call: what choose() is asked during a load.
 #include "engine/read_facts.h"
 
-#include <cstdlib>
-#include <string_view>
-
 #include "weightlift/prefetch.h"
 
 namespace wl {
@@ -27,8 +24,7 @@ ReadRequest read_request(const std::vector<std::string>& files, const LoadOption
   r.direct = o.direct;
   r.file_views = o.file_views;
   r.max_memory = o.max_memory;
-  const char* as_asked = std::getenv("WEIGHTLIFT_DEVICE_STRATEGY");
-  r.device_as_asked = as_asked && std::string_view(as_asked) == "asked";
+  r.device_as_asked = o.switches.device_strategy_asked;
   return r;
 }
 

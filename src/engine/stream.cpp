@@ -114,16 +114,6 @@ struct MappedFile {
   }
 };
 
-// Where device copies read from: "slot" (every chunk read into a pinned ring
-// slot first), "mapped" (registered page cache) or "auto" (the default):
-// mapped for a hot checkpoint on a machine with fewer than 8 cores, where
-// the readers' copies into the slots cannot keep up with a PCIe link;
-// WEIGHTLIFT_H2D_SOURCE chooses.
-std::string h2d_source_wish() {
-  const char* v = std::getenv("WEIGHTLIFT_H2D_SOURCE");
-  return v && *v ? std::string(v) : std::string("auto");
-}
-
 class Stream {
  public:
   Stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d)
@@ -254,7 +244,12 @@ void Stream::begin() {
 // the ring's slots.
 Status Stream::pick_copy_source() {
   if (!device_ || gds_ || direct_ || remote_) return Status();
-  const std::string wish = h2d_source_wish();
+  // Where device copies read from: "slot" (every chunk read into a pinned
+  // ring slot first), "mapped" (registered page cache) or "auto" (the
+  // default): mapped for a hot checkpoint on a machine with fewer than 8
+  // cores, where the readers' copies into the slots cannot keep up with a
+  // PCIe link; WEIGHTLIFT_H2D_SOURCE chooses (LoadOptions::switches).
+  const std::string& wish = o_.switches.h2d_source;
   if (wish != "slot" && wish != "mapped" && wish != "auto")
     return Status::InvalidArgument(fmt::format("WEIGHTLIFT_H2D_SOURCE='{}' (expected slot, mapped or auto)", wish));
   if (wish != "slot" && !up_->host_copies()) {

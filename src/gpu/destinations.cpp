@@ -16,6 +16,7 @@
 #include "gpu/api.h"
 #include "gpu/gds.h"
 #include "gpu/ring.h"
+#include "weightlift/switches.h"
 #include "weightlift/synth.h"
 
 namespace wl::gpu {
@@ -83,8 +84,8 @@ RingOptions machine_ring_options(unsigned cores, uint64_t memory_bytes) {
 Result<RingOptions> ring_options() {
   std::lock_guard lk(g_ring_mu);
   if (g_ring_set) return *g_ring_set;
-  const char* env = std::getenv(kRingEnv);
-  if (!env || !*env) {
+  const std::string env = read_switches().pinned_ring;
+  if (env.empty()) {
     const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
     return machine_ring_options(std::thread::hardware_concurrency(),
                                 pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0);

@@ -11,6 +11,7 @@
 
 #include "gpu/gds_platform.h"
 #include "io/posix_internal.h"
+#include "weightlift/switches.h"
 
 namespace wl::gpu {
 
@@ -57,17 +58,6 @@ Result<std::shared_ptr<DirectReader::Handle>> DirectReader::handle_of(const Rand
   return h;
 }
 
-namespace {
-
-// WEIGHTLIFT_GDS_AUTO=cufile: gds=auto takes whatever cuFile accepts (also
-// its compatibility mode), as before the platform checks; for A/B runs.
-bool auto_trusts_cufile() {
-  const char* v = std::getenv("WEIGHTLIFT_GDS_AUTO");
-  return v && std::string_view(v) == "cufile";
-}
-
-}  // namespace
-
 std::string DirectReader::verdict(const RandomAccessFile& probe) {
   const int fd = io::posix_fd(probe, /*prefer_direct=*/false);
   struct stat st {};
@@ -90,7 +80,7 @@ std::string DirectReader::verdict(const RandomAccessFile& probe) {
 }
 
 Status DirectReader::support(const RandomAccessFile& probe, Toggle policy) {
-  if (policy == Toggle::kAuto && !auto_trusts_cufile()) {
+  if (policy == Toggle::kAuto && !read_switches().gds_auto_trusts_cufile) {
     if (std::string why = verdict(probe); !why.empty()) return Status::Unimplemented(why).with_file(probe.path());
   } else if (!backend_.cufile().fn) {
     return Status::Unavailable("cuFile is not usable: " + backend_.cufile().reason);

@@ -16,6 +16,8 @@
 
 #include <fmt/format.h>
 
+#include "weightlift/switches.h"
+
 namespace wl::gpu {
 
 namespace {
@@ -151,8 +153,7 @@ GdsPlatform probe_platform(int fd) {
     if (major(st.st_dev) != 0) p.disk = disk_kind(major(st.st_dev), minor(st.st_dev));
   }
   p.nvidia_fs = exists("/proc/driver/nvidia-fs/version") || exists("/sys/module/nvidia_fs");
-  const char* conf = std::getenv("CUFILE_ENV_PATH_JSON");
-  p.p2pdma = cufile_json_enables_p2pdma(read_text(conf && *conf ? conf : "/etc/cufile.json", 1 << 20));
+  p.p2pdma = cufile_json_enables_p2pdma(read_text(read_switches().cufile_config, 1 << 20));
   return p;
 }
 

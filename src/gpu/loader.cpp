@@ -20,6 +20,7 @@
 #include "gpu/fake.h"
 #include "gpu/ring.h"
 #include "util/plugin.h"
+#include "weightlift/switches.h"
 
 namespace wl::gpu {
 
@@ -203,8 +204,8 @@ Api detect_cuda() {
   std::string rt_which, rt_errors;
   void* rt = loaded_library("libcudart.so", &rt_which, mapped);
   if (!rt) {
-    if (const char* env = std::getenv("WEIGHTLIFT_CUDART"); env && *env) {
-      rt = ::dlopen(env, RTLD_NOW | RTLD_LOCAL);
+    if (const std::string env = read_switches().cudart; !env.empty()) {
+      rt = ::dlopen(env.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (rt)
         rt_which = env;
       else if (const char* e = ::dlerror())
@@ -331,12 +332,12 @@ std::unique_ptr<Backend>& backend_slot() {
 }
 
 Api initial_api() {
-  const char* sel = std::getenv("WEIGHTLIFT_GPU_BACKEND");
-  std::string s = sel ? sel : "";
+  const Switches sw = read_switches();
+  const std::string& s = sw.gpu_backend;
   if (s == "fake") {
     fake::Options o;
     o.machine_platform = true;  // GDS decided on this machine's filesystem and drivers
-    if (const char* n = std::getenv("WEIGHTLIFT_FAKE_GPUS"); n && *n) o.devices = std::atoi(n);
+    if (sw.fake_gpus) o.devices = *sw.fake_gpus;
     return fake::make_api(o);
   }
   Api a = detect_cuda();
@@ -426,10 +427,7 @@ WarmUp& warm_up_state() {
   return w;
 }
 
-bool warm_up_enabled() {
-  const char* v = std::getenv("WEIGHTLIFT_GPU_WARMUP");
-  return !(v && std::string_view(v) == "0");
-}
+bool warm_up_enabled() { return read_switches().gpu_warm_up; }
 
 }  // namespace
 

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "weightlift/switches.h"
+
 namespace wl::gpu {
 
 // ---- Ring ----------------------------------------------------------------------------
@@ -15,8 +17,7 @@ Result<std::unique_ptr<Ring>> Ring::create(const Api& api, const RingOptions& o)
   std::unique_ptr<Ring> r(new Ring(api, o.slot_bytes, o.slots));
   WL_RETURN_IF_ERROR(r->add_block(0));
   const uint32_t blocks = static_cast<uint32_t>(r->blocks_.size());
-  const char* grow = std::getenv("WEIGHTLIFT_RING_GROW");
-  if (blocks > 1 && grow && std::string_view(grow) == "0") {
+  if (blocks > 1 && !read_switches().ring_grow) {
     for (uint32_t b = 1; b < blocks; ++b) WL_RETURN_IF_ERROR(r->add_block(b));
   } else if (blocks > 1) {
     r->grower_ = std::thread([p = r.get(), blocks] {
