@@ -11,16 +11,22 @@
 //   the caller's own  a callback returns memory the caller already holds
 //                     (vLLM's allocated parameters), of any of the kinds above
 //
+// Putting bytes into a region is part of the seam (write_region,
+// read_region, PendingCopies below): the engine's runners and the GPU path's
+// own reads use the same functions, whatever the memory.
+//
 // Lifetimes: a Region's `owner` keeps its memory alive (null when the caller
 // owns it); the TensorView the engine delivers carries that owner.
 // Threading: allocate() and the Uploader are called from the engine's I/O
 // threads, concurrently; implementations are thread-safe.
 #pragma once
 
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <vector>
@@ -69,16 +75,60 @@ struct HostCopy {
   uint64_t size = 0;
 };
 
+// Copies without the staging copy, out of host memory the caller keeps
+// mapped and unchanged (a hot file's page cache, mapped read-only): the
+// memory is registered for DMA (page-locked, read-only) and copied from in
+// place. A capability of some uploaders (Uploader::host_registration());
+// register_host may still be refused (kUnimplemented), and the caller then
+// stages through the slots instead. Thread-safe.
+class HostRegistration {
+ public:
+  virtual ~HostRegistration() = default;
+  // Registers [p, p+n) (p page-aligned; n rounded up to pages). Ranges
+  // registered must not overlap.
+  virtual Status register_host(const std::byte* p, uint64_t n) = 0;
+  // Undoes register_host(p), once no copy out of it is in flight.
+  virtual void unregister_host(const std::byte* p) = 0;
+  // Queues copies out of registered host memory; `done` runs once they
+  // completed (as Uploader::submit()). On an error return `done` is not called.
+  virtual Status submit_host(std::span<const HostCopy> copies, std::function<void(Status)> done) = 0;
+};
+
+// GPUDirect Storage (gpu.h): reads from a file straight into device memory.
+// A capability of some uploaders (Uploader::direct_reads()). Thread-safe.
+class DirectReads {
+ public:
+  virtual ~DirectReads() = default;
+  // The destination's wish for it (its option), which choose() weighs.
+  virtual Toggle wish() const = 0;
+  // Whether read() can read `probe` (the load's first file, opened with
+  // O_DIRECT): OK, or the reason it cannot.
+  virtual Status support(const RandomAccessFile& probe) = 0;
+  // The load's decision, before its first tensor is handed over: read()
+  // serves its reads (`on`), or they are staged through the ring (`why`).
+  virtual void chosen(bool on, const std::string& why) = 0;
+  // n bytes of `file` at file_offset straight into device memory at dst;
+  // only after chosen(true). An error fails the load (there is no fallback
+  // once tensors were handed over).
+  virtual Status read(const RandomAccessFile& file, uint64_t file_offset, std::byte* dst, uint64_t n) = 0;
+};
+
 // Moves bytes from pinned staging memory into device memory asynchronously:
 // a ring of a few slots allocated once per process and reused (never sized by
 // the largest tensor), copies on two or more streams, an event per slot that
 // returns it to the ring when its copies have completed. An Uploader serves
 // one load (its cancel() ends that load only); the ring behind it outlives it.
+// Capabilities beyond the ring come as interfaces of their own
+// (host_registration(), direct_reads()): null where an uploader lacks them.
 class Uploader {
  public:
   virtual ~Uploader() = default;
+  // OK when the ring can be had (made now if it was not yet); else why not.
+  virtual Status ready() { return Status(); }
   // Bytes per slot; the engine cuts its reads to fit.
   virtual uint64_t slot_bytes() const = 0;
+  // Slots in the ring (0: unknown); the engine sizes its readers by it.
+  virtual uint32_t slot_count() const = 0;
   // A free slot, waiting while all are in flight. kCancelled after cancel().
   virtual Result<StagingSlot> acquire() = 0;
   // Queues the copies; the slot goes back to the ring once they complete, and
@@ -92,50 +142,12 @@ class Uploader {
   virtual Status flush() = 0;
   // Wakes every acquire() with kCancelled; in-flight copies still complete.
   virtual void cancel() = 0;
-  // Slots in the ring (0: unknown); the engine sizes its readers by it.
-  virtual uint32_t slot_count() const { return 0; }
 
-  // Copies without the staging copy, out of host memory the caller keeps
-  // mapped and unchanged (a hot file's page cache, mapped read-only): the
-  // memory is registered for DMA (page-locked, read-only) and copied from in
-  // place. host_copies(): whether this uploader and device can (then
-  // register_host may still be refused, kUnimplemented, and the caller
-  // stages through the slots instead).
-  virtual bool host_copies() const { return false; }
-  // Registers [p, p+n) (p page-aligned; n rounded up to pages). Ranges
-  // registered must not overlap. Thread-safe.
-  virtual Status register_host(const std::byte* p, uint64_t n) {
-    (void)p, (void)n;
-    return Status::Unimplemented("this uploader copies from its own slots only");
-  }
-  // Undoes register_host(p), once no copy out of it is in flight.
-  virtual void unregister_host(const std::byte* p) { (void)p; }
-  // Queues copies out of registered host memory; `done` runs once they
-  // completed (as submit()). On an error return `done` is not called.
-  virtual Status submit_host(std::span<const HostCopy> copies, std::function<void(Status)> done) {
-    (void)copies, (void)done;
-    return Status::Unimplemented("this uploader copies from its own slots only");
-  }
-
-  // GPUDirect Storage (gpu.h). The wish for it (the destination's option;
-  // kOff for an uploader without direct reads), which choose() weighs.
-  virtual Toggle direct_wish() const { return Toggle::kOff; }
-  // Whether read_direct() can read `probe` (the load's first file, opened
-  // with O_DIRECT): OK, or the reason it cannot.
-  virtual Status direct_support(const RandomAccessFile& probe) {
-    (void)probe;
-    return Status::Unimplemented("this uploader has no direct reads");
-  }
-  // The load's decision, before its first tensor is handed over: read_direct()
-  // serves its reads (`on`), or they are staged through the ring (`why` says why).
-  virtual void direct_chosen(bool on, const std::string& why) { (void)on, (void)why; }
-  // n bytes of `file` at file_offset straight into device memory at dst;
-  // only after direct_chosen(true). Thread-safe; an error fails the
-  // load (there is no fallback once tensors were handed over).
-  virtual Status read_direct(const RandomAccessFile& file, uint64_t file_offset, std::byte* dst, uint64_t n) {
-    (void)file, (void)file_offset, (void)dst, (void)n;
-    return Status::Unimplemented("this uploader has no direct reads");
-  }
+  // Copies straight out of registered host memory; null when this uploader
+  // and its device cannot.
+  virtual HostRegistration* host_registration() { return nullptr; }
+  // GPUDirect Storage; null for an uploader without direct reads.
+  virtual DirectReads* direct_reads() { return nullptr; }
 };
 
 class Destination {
@@ -194,5 +206,45 @@ class Prefaulter {
   struct State;
   std::shared_ptr<State> s_;
 };
+
+
+// ---- putting bytes into regions ------------------------------------------------------
+
+// Counts asynchronous copies still in flight; the first error wins. (An
+// Uploader counts one load's submissions in one, src/gpu/ring.h.)
+// Thread-safe.
+class PendingCopies {
+ public:
+  void add(int n = 1);
+  void done(const Status& s);
+  // Waits until none is in flight; the first error.
+  Status wait();
+  // Waits, then forgets the error.
+  void reset();
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int64_t n_ = 0;
+  Status first_;
+};
+
+// Host bytes to put at `dst_offset` inside a region.
+struct HostPiece {
+  const std::byte* src = nullptr;
+  uint64_t dst_offset = 0, size = 0;
+};
+
+// Writes host bytes into a region: memcpy for host memory; for device memory
+// through the destination's Uploader, packed into its slots (a piece may span
+// slots, a slot may carry many pieces), waiting for every copy. A piece
+// outside the region is kInternal.
+Status write_region(Destination& dest, const Region& r, std::span<const HostPiece> pieces);
+Status write_region(Destination& dest, const Region& r, uint64_t offset, std::span<const std::byte> src);
+// Reads n bytes of `file` at file_offset into a region at `offset`: straight
+// into host memory; through the Uploader's slots for device memory, the
+// copies counted in `pending` (wait on it before handing the region over).
+Status read_region(Destination& dest, const Region& r, uint64_t offset, const RandomAccessFile& file,
+                   uint64_t file_offset, uint64_t n, PendingCopies& pending);
 
 }  // namespace wl

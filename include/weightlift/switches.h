@@ -9,8 +9,9 @@
 //                                  so a load decides with the values its
 //                                  options carry, never with a variable read
 //                                  again halfway through
-//   the GPU backend's settings     read when the backend, its ring or cuFile
-//                                  is set up (gpu.h), once per process
+//   the GPU path's settings        read when the backend, its ring or cuFile
+//                                  is set up (gpu.h), once per process, or
+//                                  when a CUDA destination is made
 // Values are kept as given: a bad one is refused, naming the variable, by the
 // rule that needs it (a CPU load never looks at WEIGHTLIFT_H2D_SOURCE).
 // Threading: read_switches() may be called from any thread.
@@ -30,11 +31,17 @@ struct Switches {
   // WEIGHTLIFT_DEVICE_STRATEGY=asked: a per-file strategy into device memory
   // runs as asked instead of as the stream.
   bool device_strategy_asked = false;
-  // WEIGHTLIFT_GDS_AUTO=cufile: gds=auto takes whatever cuFile accepts (its
-  // compatibility mode too) instead of asking the platform first.
-  bool gds_auto_trusts_cufile = false;
 
-  // ---- the GPU backend's (gpu.h) ----
+  // ---- the caller's memory (destination.h) ----
+  // WEIGHTLIFT_CALLER_HUGE_PAGES=1: the caller's host regions are advised for
+  // transparent huge pages before the engine writes them (read once per process).
+  bool caller_huge_pages = false;
+
+  // ---- the GPU path's (gpu.h) ----
+  // WEIGHTLIFT_GDS_AUTO=cufile: a CUDA destination made with gds=auto takes
+  // whatever cuFile accepts (its compatibility mode too) instead of asking
+  // the platform first (read when the destination is made).
+  bool gds_auto_trusts_cufile = false;
   std::string gpu_backend;       // WEIGHTLIFT_GPU_BACKEND: "" / "cuda" / "auto", or "fake"
   std::optional<int> fake_gpus;  // WEIGHTLIFT_FAKE_GPUS: the fake backend's devices (unset: its default)
   std::string cudart;            // WEIGHTLIFT_CUDART: a CUDA runtime library to load

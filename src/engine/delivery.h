@@ -1,5 +1,6 @@
 // Private: handing finished tensors to the caller (sink + progress,
-// serialized), and putting bytes into destination regions.
+// serialized), and a planned tensor's memory in its destination (the bytes
+// go in through destination.h's write_region / read_region).
 #pragma once
 
 #include <atomic>
@@ -55,38 +56,11 @@ class Delivery {
   std::map<uint64_t, Held> held_;  // ordered: finished, waiting for their predecessors
 };
 
-// Counts asynchronous copies still in flight; the first error wins. (Also
-// the GPU uploader's count of one load's submissions, src/gpu/ring.h.)
-class PendingCopies {
- public:
-  void add(int n = 1);
-  void done(const Status& s);
-  Status wait();
-  // Waits, then forgets the error.
-  void reset();
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int64_t n_ = 0;
-  Status first_;
-};
-
 // The memory a planned tensor's bytes go to: the destination's region,
 // checked to be exactly t.nbytes (and device memory to come with an uploader).
 Result<Region> place(const PlannedTensor& t, Destination& dest);
 // The view to deliver once the region is filled.
 TensorView view_of(const PlannedTensor& t, const Region& r);
-
-// Writes host bytes into a region at `offset`: memcpy for host memory, the
-// destination's Uploader for device memory (staged through its ring; waits
-// for the copies).
-Status write_region(Destination& dest, const Region& r, uint64_t offset, std::span<const std::byte> src);
-// Reads n bytes of `file` at file_offset into a region at `offset`: straight
-// into host memory; through the Uploader's slots for device memory, the
-// copies counted in `pending` (wait on it before delivering).
-Status read_region(Destination& dest, const Region& r, uint64_t offset, const RandomAccessFile& file,
-                   uint64_t file_offset, uint64_t n, PendingCopies& pending);
 
 // Copies this rank's bytes of `full` (the whole tensor, host memory) into
 // the region: the shard's runs when t.shard, else all of it. Device memory

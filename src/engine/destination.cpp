@@ -1,4 +1,6 @@
-// The host destinations: engine-owned buffers and the caller's memory.
+// The host destinations (engine-owned buffers, the caller's memory, the
+// caller's memory faulted in ahead: Prefaulter) and putting bytes into any
+// destination's regions (destination.h).
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -6,15 +8,19 @@
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <mutex>
+#include <optional>
 #include <string_view>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include <fmt/format.h>
 
 #include "weightlift/destination.h"
+#include "weightlift/switches.h"
 
 namespace wl {
 
@@ -38,10 +44,7 @@ class HostDestination final : public Destination {
 // page costs more per byte than 4 KiB ones (direct compaction, the host
 // backing 2 MiB at once): bench/vllm/machine.py measures both.
 bool huge_pages_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("WEIGHTLIFT_CALLER_HUGE_PAGES");
-    return v != nullptr && std::string_view(v) == "1";
-  }();
+  static const bool on = read_switches().caller_huge_pages;
   return on;
 }
 
@@ -148,6 +151,127 @@ std::unique_ptr<Destination> host_destination() { return std::make_unique<HostDe
 
 std::unique_ptr<Destination> caller_destination(RegionFn fn, Device device, Uploader* uploader) {
   return std::make_unique<CallerDestination>(std::move(fn), device, uploader);
+}
+
+// ---- PendingCopies ----
+
+void PendingCopies::add(int n) {
+  std::lock_guard lk(mu_);
+  n_ += n;
+}
+void PendingCopies::done(const Status& s) {
+  std::lock_guard lk(mu_);
+  if (!s.ok() && first_.ok()) first_ = s;
+  if (--n_ == 0) cv_.notify_all();
+}
+Status PendingCopies::wait() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return n_ <= 0; });
+  return first_;
+}
+void PendingCopies::reset() {
+  std::unique_lock lk(mu_);
+  cv_.wait(lk, [&] { return n_ <= 0; });
+  first_ = Status();
+}
+
+// ---- into regions ----
+
+namespace {
+
+// Packs host pieces into the Uploader's slots (a piece may span slots, a slot
+// may carry many pieces) and waits for every copy.
+Status upload_pieces(Uploader& up, const Region& r, std::span<const HostPiece> pieces) {
+  PendingCopies pending;
+  std::optional<StagingSlot> slot;
+  uint64_t used = 0;
+  std::vector<UploadCopy> copies;
+  auto flush_slot = [&]() -> Status {
+    if (!slot) return Status();
+    pending.add();
+    Status s = up.submit(*slot, copies, [&pending](Status st) { pending.done(st); });
+    slot.reset();
+    copies.clear();
+    used = 0;
+    if (!s.ok()) pending.done(Status());
+    return s;
+  };
+  Status st;
+  for (const HostPiece& p : pieces) {
+    uint64_t done = 0;
+    while (st.ok() && done < p.size) {
+      if (!slot) {
+        auto a = up.acquire();
+        if (!a.ok()) {
+          st = a.status();
+          break;
+        }
+        slot = *a;
+      }
+      uint64_t n = std::min<uint64_t>(slot->bytes.size() - used, p.size - done);
+      std::memcpy(slot->bytes.data() + used, p.src + done, n);
+      copies.push_back({used, r.data + p.dst_offset + done, n});
+      used += n;
+      done += n;
+      if (used == slot->bytes.size()) st = flush_slot();
+    }
+    if (!st.ok()) break;
+  }
+  if (st.ok())
+    st = flush_slot();
+  else if (slot)
+    up.release(*slot);
+  Status w = pending.wait();
+  return st.ok() ? w : st;
+}
+
+}  // namespace
+
+Status write_region(Destination& dest, const Region& r, std::span<const HostPiece> pieces) {
+  for (const HostPiece& p : pieces)
+    if (p.dst_offset > r.size || p.size > r.size - p.dst_offset)
+      return Status::Internal(
+          fmt::format("write of {} bytes at {} exceeds the {}-byte region", p.size, p.dst_offset, r.size));
+  if (r.device.host_accessible()) {
+    for (const HostPiece& p : pieces)
+      if (p.size > 0) std::memcpy(r.data + p.dst_offset, p.src, p.size);
+    return Status();
+  }
+  return upload_pieces(*dest.uploader(), r, pieces);
+}
+
+Status write_region(Destination& dest, const Region& r, uint64_t offset, std::span<const std::byte> src) {
+  if (src.empty() && offset <= r.size) return Status();
+  HostPiece p{src.data(), offset, src.size()};
+  return write_region(dest, r, std::span(&p, 1));
+}
+
+Status read_region(Destination& dest, const Region& r, uint64_t offset, const RandomAccessFile& file,
+                   uint64_t file_offset, uint64_t n, PendingCopies& pending) {
+  if (offset > r.size || n > r.size - offset)
+    return Status::Internal(fmt::format("read of {} bytes at {} exceeds the {}-byte region", n, offset, r.size));
+  if (n == 0) return Status();
+  if (r.device.host_accessible()) return file.read_at(file_offset, std::span(r.data + offset, n));
+  Uploader* up = dest.uploader();
+  uint64_t done = 0;
+  while (done < n) {
+    WL_ASSIGN_OR_RETURN(StagingSlot slot, up->acquire());
+    uint64_t len = std::min<uint64_t>(slot.bytes.size(), n - done);
+    Status s = file.read_at(file_offset + done, slot.bytes.first(len));
+    if (!s.ok()) {
+      up->release(slot);
+      return s;
+    }
+    UploadCopy c{0, r.data + offset + done, len};
+    pending.add();
+    s = up->submit(slot, std::span(&c, 1), [&pending](Status st) { pending.done(st); });
+    if (!s.ok()) {
+      pending.done(Status());
+      return s;
+    }
+    done += len;
+  }
+  return Status();
 }
 
 }  // namespace wl

@@ -17,7 +17,8 @@ ReadRequest read_request(const std::vector<std::string>& files, const LoadOption
     r.dest = !r.device.host_accessible()              ? DestKind::kDevice
              : r.device.kind == DeviceKind::kCudaHost ? DestKind::kPinned
                                                       : DestKind::kCaller;
-    if (Uploader* up = d->uploader()) r.gds = up->direct_wish();
+    if (Uploader* up = d->uploader())
+      if (DirectReads* direct = up->direct_reads()) r.gds = direct->wish();
   }
   r.distributed = o.collective != nullptr;
   r.strategy = o.strategy;
@@ -48,12 +49,13 @@ std::optional<bool> PlanFacts::contiguous() {
 
 Result<bool> PlanFacts::gds_usable(std::string* why) {
   Uploader* up = dest_ ? dest_->uploader() : nullptr;
-  if (up == nullptr || plan_.files.empty()) {
-    *why = "no uploader";
+  DirectReads* direct = up ? up->direct_reads() : nullptr;
+  if (direct == nullptr || plan_.files.empty()) {
+    *why = up ? "this uploader has no direct reads" : "no uploader";
     return false;
   }
   WL_ASSIGN_OR_RETURN(auto probe, open_data(plan_.files[0], o_.env, FileMode::kDirect));
-  Status s = up->direct_support(*probe);
+  Status s = direct->support(*probe);
   if (!s.ok()) *why = s.message();
   return s.ok();
 }

@@ -86,7 +86,7 @@ struct MappedFile {
   std::shared_ptr<RandomAccessFile> map;  // FileMode::kMmap: view() spans stay valid while it lives
   const std::byte* base = nullptr;
   uint64_t size = 0;
-  Uploader* up = nullptr;
+  HostRegistration* up = nullptr;
   std::mutex mu;
   std::vector<uint8_t> seg;                 // per segment: 0 not yet, 1 registered, 2 refused, 3 done
   std::vector<std::atomic<uint64_t>> left;  // per segment: bytes still to copy out of it
@@ -177,6 +177,7 @@ class Stream {
   std::vector<size_t> file_pending_;
 
   // Device copies out of the registered page cache (see MappedFile).
+  HostRegistration* host_ = nullptr;
   bool mapped_ = false;
   std::atomic<bool> mapped_ok_{false};                     // false once a registration was refused
   std::vector<std::vector<uint64_t>> segment_bytes_;       // bytes the load copies out of each segment of each file
@@ -236,7 +237,8 @@ void Stream::lay_out() {
 // the first file (choose()); false stages every read through the ring. A
 // stopped load (an error, a cancel) wakes readers waiting for a slot.
 void Stream::begin() {
-  if (device_ && !plan_.files.empty()) up_->direct_chosen(gds_, path_.gds_off);
+  if (device_ && !plan_.files.empty())
+    if (DirectReads* direct = up_->direct_reads()) direct->chosen(gds_, path_.gds_off);
   if (up_) d_.on_stop([up = up_] { up->cancel(); });
 }
 
@@ -252,7 +254,8 @@ Status Stream::pick_copy_source() {
   const std::string& wish = o_.switches.h2d_source;
   if (wish != "slot" && wish != "mapped" && wish != "auto")
     return Status::InvalidArgument(fmt::format("WEIGHTLIFT_H2D_SOURCE='{}' (expected slot, mapped or auto)", wish));
-  if (wish != "slot" && !up_->host_copies()) {
+  host_ = up_->host_registration();
+  if (wish != "slot" && host_ == nullptr) {
     if (wish == "mapped" && o_.log)
       o_.log(
           "stream: WEIGHTLIFT_H2D_SOURCE=mapped, but this destination cannot register host memory read-only; "
@@ -515,7 +518,7 @@ Status Stream::read_direct(const RandomAccessFile& f, std::span<const Piece> run
   for (const Piece& p : run) {
     std::byte* dst = ts_[p.tensor].region.data + p.dst_off;
     Status s = ts_[p.tensor].region.device.host_accessible() ? f.read_at(p.file_off, std::span(dst, p.len))
-                                                             : up_->read_direct(f, p.file_off, dst, p.len);
+                                                             : up_->direct_reads()->read(f, p.file_off, dst, p.len);
     WL_RETURN_IF_ERROR(s, .tensor = plan_.tensors[p.tensor].name);
     bytes_read_ += p.len;
     landed(p.tensor, p.len);
@@ -597,7 +600,7 @@ std::shared_ptr<MappedFile> Stream::mapped_of(size_t fi) {
     m->map = std::move(*f);
     m->base = all->data();
     m->size = all->size();
-    m->up = up_;
+    m->up = host_;
     const size_t segs = static_cast<size_t>((m->size + kSegment - 1) / kSegment);
     m->seg.assign(segs, 0);
     m->left = std::vector<std::atomic<uint64_t>>(segs);
@@ -634,7 +637,7 @@ bool Stream::read_mapped(std::span<const Piece> run, Status* out) {
     uploaded.emplace_back(p.tensor, p.len);
     len += p.len;
   }
-  *out = up_->submit_host(copies, [this, mf, segs = std::move(segs), uploaded = std::move(uploaded)](Status st) {
+  *out = host_->submit_host(copies, [this, mf, segs = std::move(segs), uploaded = std::move(uploaded)](Status st) {
     for (auto [k, n] : segs) mf->copied(k, n);
     if (!st.ok()) return d_.fail(st);
     for (auto [ti, n] : uploaded) landed(ti, n);

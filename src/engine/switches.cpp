@@ -22,6 +22,7 @@ Switches read_switches() {
   if (const char* v = value_of("WEIGHTLIFT_H2D_SOURCE")) s.h2d_source = v;
   if (const char* v = value_of("WEIGHTLIFT_DEVICE_STRATEGY")) s.device_strategy_asked = std::string_view(v) == "asked";
   if (const char* v = value_of("WEIGHTLIFT_GDS_AUTO")) s.gds_auto_trusts_cufile = std::string_view(v) == "cufile";
+  if (const char* v = value_of("WEIGHTLIFT_CALLER_HUGE_PAGES")) s.caller_huge_pages = std::string_view(v) == "1";
   if (const char* v = value_of("WEIGHTLIFT_GPU_BACKEND")) s.gpu_backend = v;
   if (const char* v = value_of("WEIGHTLIFT_FAKE_GPUS")) s.fake_gpus = std::atoi(v);
   if (const char* v = value_of("WEIGHTLIFT_CUDART")) s.cudart = v;

@@ -12,7 +12,6 @@
 
 #include <fmt/format.h>
 
-#include "engine/delivery.h"
 #include "gpu/api.h"
 #include "gpu/gds.h"
 #include "gpu/ring.h"
@@ -256,13 +255,16 @@ class ArenaDestination : public DeviceDestination {
 
 class CudaDestination;
 
-// The ring uploader plus GPUDirect Storage for this destination's memory.
-// The ring is taken at the first load's reserve(), not when the destination
-// is made, so that warm_up() can still be creating it meanwhile.
-class CudaUploader final : public Uploader {
+// The ring uploader (and its host registration) plus GPUDirect Storage for
+// this destination's memory. The ring is taken on first use (a load's plan
+// asks for it), not when the destination is made, so that warm_up() can
+// still be creating it meanwhile.
+class CudaUploader final : public Uploader, public DirectReads {
  public:
   CudaUploader(CudaDestination* dest, Toggle policy, Backend& b, int device)
-      : dest_(dest), policy_(policy), device_(device), direct_(b, device) {}
+      : dest_(dest), policy_(policy), trust_cufile_(read_switches().gds_auto_trusts_cufile), device_(device),
+        direct_(b, device) {}
+  Status ready() override { return ring() ? Status() : ring_status_; }
   uint64_t slot_bytes() const override { return ring() ? ring_->slot_bytes() : 0; }
   Result<StagingSlot> acquire() override {
     if (!ring()) return ring_status_;
@@ -280,24 +282,15 @@ class CudaUploader final : public Uploader {
     if (made_.load()) ring_->cancel();
   }
   uint32_t slot_count() const override { return ring() ? ring_->slot_count() : 0; }
-  bool host_copies() const override { return ring() && ring_->host_copies(); }
-  Status register_host(const std::byte* p, uint64_t n) override {
-    if (!ring()) return ring_status_;
-    return ring_->register_host(p, n);
-  }
-  void unregister_host(const std::byte* p) override {
-    if (ring()) ring_->unregister_host(p);
-  }
-  Status submit_host(std::span<const HostCopy> copies, std::function<void(Status)> done) override {
-    if (!ring()) return ring_status_;
-    return ring_->submit_host(copies, std::move(done));
-  }
-  Toggle direct_wish() const override { return policy_; }
+  HostRegistration* host_registration() override { return ring() ? ring_->host_registration() : nullptr; }
+  DirectReads* direct_reads() override { return this; }
+  Toggle wish() const override { return policy_; }
   // The platform's verdict (cached per device and filesystem) before cuFile
-  // for auto; cuFile alone for on (gds.h).
-  Status direct_support(const RandomAccessFile& probe) override { return direct_.support(probe, policy_); }
-  void direct_chosen(bool on, const std::string& why) override;
-  Status read_direct(const RandomAccessFile& file, uint64_t offset, std::byte* dst, uint64_t n) override {
+  // for auto; cuFile alone for on, or for auto with WEIGHTLIFT_GDS_AUTO=cufile
+  // as the destination was made (gds.h).
+  Status support(const RandomAccessFile& probe) override { return direct_.support(probe, policy_, trust_cufile_); }
+  void chosen(bool on, const std::string& why) override;
+  Status read(const RandomAccessFile& file, uint64_t offset, std::byte* dst, uint64_t n) override {
     return direct_.read(file, offset, dst, n);
   }
   // A new load: the ring (made, or waited for, now), cancel() and errors forgotten.
@@ -332,6 +325,7 @@ class CudaUploader final : public Uploader {
   mutable std::atomic<bool> made_{false};
   CudaDestination* dest_;
   const Toggle policy_;
+  const bool trust_cufile_;
   const int device_;
   DirectReader direct_;
   mutable std::mutex mu_;
@@ -355,7 +349,7 @@ class CudaDestination final : public ArenaDestination {
   std::unique_ptr<CudaUploader> uploader_;
 };
 
-void CudaUploader::direct_chosen(bool on, const std::string& why) {
+void CudaUploader::chosen(bool on, const std::string& why) {
   std::lock_guard lk(mu_);
   if (on) {
     auto [base, n] = dest_->arena_memory();
@@ -427,8 +421,8 @@ Result<TensorView> read_to_device(const RandomAccessFile& file, uint64_t offset,
   } else {
     WL_ASSIGN_OR_RETURN(auto up, ring_uploader(device.index));
     auto dest = caller_destination([&](const TensorRequest&) -> Result<Region> { return r; }, device, up.get());
-    engine::PendingCopies pending;
-    Status s = engine::read_region(*dest, r, 0, file, offset, n, pending);
+    PendingCopies pending;
+    Status s = read_region(*dest, r, 0, file, offset, n, pending);
     Status w = pending.wait();
     WL_RETURN_IF_ERROR(s);
     WL_RETURN_IF_ERROR(w);

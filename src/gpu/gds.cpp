@@ -11,7 +11,6 @@
 
 #include "gpu/gds_platform.h"
 #include "io/posix_internal.h"
-#include "weightlift/switches.h"
 
 namespace wl::gpu {
 
@@ -79,8 +78,8 @@ std::string DirectReader::verdict(const RandomAccessFile& probe) {
   });
 }
 
-Status DirectReader::support(const RandomAccessFile& probe, Toggle policy) {
-  if (policy == Toggle::kAuto && !read_switches().gds_auto_trusts_cufile) {
+Status DirectReader::support(const RandomAccessFile& probe, Toggle policy, bool trust_cufile) {
+  if (policy == Toggle::kAuto && !trust_cufile) {
     if (std::string why = verdict(probe); !why.empty()) return Status::Unimplemented(why).with_file(probe.path());
   } else if (!backend_.cufile().fn) {
     return Status::Unavailable("cuFile is not usable: " + backend_.cufile().reason);

@@ -27,9 +27,10 @@ class DirectReader {
   // (choose() weighs a refusal against the destination's wish): kAuto asks
   // the platform first (gds_platform.h; cuFile is not even opened where it
   // refuses), then cuFile's driver properties, both cached per device and
-  // filesystem, then registers the file; kOn asks cuFile alone (its driver
-  // open and the file's registration). Else why not.
-  Status support(const RandomAccessFile& probe, Toggle policy);
+  // filesystem, then registers the file; kOn, or kAuto with `trust_cufile`
+  // (WEIGHTLIFT_GDS_AUTO=cufile), asks cuFile alone (its driver open and the
+  // file's registration). Else why not.
+  Status support(const RandomAccessFile& probe, Toggle policy, bool trust_cufile);
   // Registers device memory that reads will land in (faster DMA); optional.
   void register_buffer(const std::byte* base, uint64_t n);
   // n bytes of `file` at `offset` into device memory at `dst`.

@@ -24,7 +24,6 @@
 #include <thread>
 #include <vector>
 
-#include "engine/delivery.h"
 #include "gpu/api.h"
 #include "weightlift/destination.h"
 
@@ -73,7 +72,7 @@ class Ring {
 };
 
 // One load's submissions in flight and their first asynchronous error.
-using UploadTracker = engine::PendingCopies;
+using UploadTracker = PendingCopies;
 
 class Copier {
  public:
@@ -126,18 +125,19 @@ class Copier {
   std::thread thread_;
 };
 
-class RingUploader : public Uploader {
+class RingUploader : public Uploader, public HostRegistration {
  public:
   RingUploader(Ring* ring, Copier* copier) : ring_(ring), copier_(copier) {}
   ~RingUploader() override { (void)flush(); }
   uint64_t slot_bytes() const override { return ring_->slot_bytes(); }
+  uint32_t slot_count() const override { return ring_->slots(); }
   Result<StagingSlot> acquire() override;
   Status submit(StagingSlot slot, std::span<const UploadCopy> copies, std::function<void(Status)> done) override;
   void release(StagingSlot slot) override { ring_->release(slot.id); }
   Status flush() override { return tracker_.wait(); }
   void cancel() override;
-  uint32_t slot_count() const override { return ring_->slots(); }
-  bool host_copies() const override { return copier_->host_register_supported(); }
+  // Where the device can register host memory read-only (its attribute).
+  HostRegistration* host_registration() override { return copier_->host_register_supported() ? this : nullptr; }
   Status register_host(const std::byte* p, uint64_t n) override { return copier_->register_host(p, n); }
   void unregister_host(const std::byte* p) override { copier_->unregister_host(p); }
   Status submit_host(std::span<const HostCopy> copies, std::function<void(Status)> done) override {
