@@ -303,5 +303,206 @@ TEST(ReadPath, ModeNames) {
   EXPECT_FALSE(toggle_from_name("yes").has_value());
 }
 
+// ---- the sizes and the copy source (what the runners used to decide) ----------------------
+
+// Facts with the machine's cores, the destination's uploader and the bytes to read given.
+struct Sized final : ReadFacts {
+  std::optional<double> cached = 1.0;
+  unsigned ncores = 4;
+  std::optional<UploaderFacts> up;
+  uint64_t bytes = uint64_t{1} << 30;
+  int asked_cached = 0;
+  Result<std::optional<double>> cached_fraction() override { return ++asked_cached, cached; }
+  std::string fs_type() override { return "ext4"; }
+  Result<uint64_t> checkpoint_bytes() override { return bytes; }
+  Result<uint64_t> available_memory() override { return 64 * kGiB; }
+  std::optional<bool> contiguous() override { return true; }
+  Result<bool> gds_usable(std::string* why) override {
+    *why = "no cuFile here";
+    return false;
+  }
+  unsigned cores() override { return ncores; }
+  std::optional<UploaderFacts> uploader() override { return up; }
+  uint64_t stream_bytes() override { return bytes; }
+};
+
+UploaderFacts ring(uint32_t slots, uint64_t slot_bytes, bool registration) {
+  UploaderFacts u;
+  u.present = true;
+  u.slot_count = slots;
+  u.slot_bytes = slot_bytes;
+  u.host_registration = registration;
+  return u;
+}
+
+ReadRequest stream_into(DestKind dest, Toggle direct = Toggle::kOff) {
+  ReadRequest r = local(Strategy::kStream);
+  r.dest = dest;
+  if (dest == DestKind::kDevice) r.device = kCuda0;
+  r.direct = direct;
+  return r;
+}
+
+TEST(ReadPath, StreamThreadsAndReadSize) {
+  Sized f;
+  f.ncores = 4;
+  auto buffered = choose(stream_into(DestKind::kHost), f);
+  ASSERT_TRUE(buffered.ok());
+  EXPECT_EQ(buffered->stream.threads, 4);  // one per core for copies out of the page cache
+  EXPECT_EQ(buffered->stream.read_size, uint64_t{8} << 20);
+  EXPECT_EQ(buffered->stream.window, 0u);
+  f.ncores = 64;
+  EXPECT_EQ(choose(stream_into(DestKind::kHost), f)->stream.threads, 8);  // at most 8
+  f.ncores = 1;
+  EXPECT_EQ(choose(stream_into(DestKind::kHost), f)->stream.threads, 2);  // at least 2
+  auto direct = choose(stream_into(DestKind::kHost, Toggle::kOn), f);
+  EXPECT_EQ(direct->stream.threads, 8);  // O_DIRECT: reads in flight
+  EXPECT_EQ(direct->stream.staging, 8 * ((uint64_t{8} << 20) + 8192));
+  ReadRequest url{.source = SourceKind::kRemote, .first_file = "s3://b/a.safetensors", .strategy = Strategy::kStream};
+  EXPECT_EQ(choose(url, f)->stream.threads, 16);  // requests in flight
+  ReadRequest asked = stream_into(DestKind::kHost);
+  asked.threads = 5, asked.block_size = 1 << 20;
+  auto as_asked = choose(asked, f);
+  EXPECT_EQ(as_asked->stream.threads, 5);
+  EXPECT_EQ(as_asked->stream.read_size, uint64_t{1} << 20);
+  f.bytes = 3 << 20;  // three reads: three threads
+  EXPECT_EQ(choose(asked, f)->stream.threads, 3);
+  f.bytes = 0;  // not known: as sized
+  EXPECT_EQ(choose(asked, f)->stream.threads, 5);
+}
+
+TEST(ReadPath, StreamMemoryCapSplitsIntoStagingAndWindow) {
+  Sized f;
+  ReadRequest r = stream_into(DestKind::kHost, Toggle::kOn);
+  r.max_memory = 32 << 20;
+  auto p = choose(r, f);
+  ASSERT_TRUE(p.ok());
+  const StreamSetup& s = p->stream;
+  EXPECT_LE(s.staging, uint64_t{16} << 20);  // staging in half the cap
+  EXPECT_EQ(s.staging, static_cast<uint64_t>(s.threads) * (s.read_size + 8192));
+  EXPECT_EQ(s.window, (uint64_t{32} << 20) - s.staging);
+  EXPECT_EQ(s.read_size % 4096, 0u);
+  EXPECT_EQ(s.max_memory, uint64_t{32} << 20);
+  r.direct = Toggle::kOff;  // buffered: the cap is the window, reads at most half of it
+  auto b = choose(r, f);
+  EXPECT_EQ(b->stream.window, uint64_t{32} << 20);
+  EXPECT_EQ(b->stream.read_size, uint64_t{8} << 20);
+  r.max_memory = 4 << 20;
+  EXPECT_EQ(choose(r, f)->stream.read_size, uint64_t{2} << 20);
+}
+
+TEST(ReadPath, DeviceStreamsAreSizedByTheRing) {
+  Sized f;
+  f.ncores = 16;
+  f.up = ring(12, 1 << 20, false);
+  auto p = choose(stream_into(DestKind::kDevice), f);
+  ASSERT_TRUE(p.ok()) << p.status().to_string();
+  EXPECT_EQ(p->stream.threads, 6);                             // one per core, at most half the slots
+  EXPECT_EQ(p->stream.read_size, (uint64_t{1} << 20) - 8192);  // an aligned read fits a slot
+  EXPECT_EQ(p->stream.slots, 12u);
+  EXPECT_NE(p->stream.describe().find("through 12 pinned slots of 1024 KiB"), std::string::npos)
+      << p->stream.describe();
+  // The uploader's refusals, before any read.
+  f.up = UploaderFacts{};
+  EXPECT_EQ(choose(stream_into(DestKind::kDevice), f).status().message(), "a cuda:0 destination needs an uploader");
+  f.up = ring(8, 8192, false);
+  EXPECT_EQ(choose(stream_into(DestKind::kDevice), f).status().code(), Code::kInvalidArgument);
+  f.up = ring(8, 1 << 20, false);
+  f.up->ready = Status::Unavailable("no CUDA device");
+  EXPECT_EQ(choose(stream_into(DestKind::kDevice), f).status().code(), Code::kUnavailable);
+}
+
+TEST(ReadPath, CopySourceOfADeviceStream) {
+  struct Case {
+    const char* rule;
+    std::string wish;
+    bool registration;
+    unsigned cores;
+    double cached;
+    CopySource want;
+    const char* log;
+  };
+  const Case cases[] = {
+      {"auto: a hot checkpoint on few cores copies out of the page cache", "auto", true, 4, 0.95, CopySource::kMapped,
+       nullptr},
+      {"auto: a warm one goes through the slots", "auto", true, 4, 0.6, CopySource::kSlots, nullptr},
+      {"auto: many cores go through the slots", "auto", true, 16, 1.0, CopySource::kSlots, nullptr},
+      {"auto: no registration, the slots", "auto", false, 4, 1.0, CopySource::kSlots, nullptr},
+      {"slot as set", "slot", true, 4, 1.0, CopySource::kSlots, nullptr},
+      {"mapped as set", "mapped", true, 16, 0.0, CopySource::kMapped, nullptr},
+      {"mapped set but refused: the slots, said", "mapped", false, 4, 1.0, CopySource::kSlots,
+       "cannot register host memory read-only"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.rule);
+    Sized f;
+    f.cached = c.cached;
+    f.ncores = c.cores;
+    f.up = ring(8, 1 << 20, c.registration);
+    ReadRequest r = stream_into(DestKind::kDevice);
+    r.h2d_source = c.wish;
+    auto p = choose(r, f);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_EQ(copy_source_name(p->stream.copy_source), copy_source_name(c.want));
+    EXPECT_LE(f.asked_cached, 1);
+    if (c.log) {
+      bool found = false;
+      for (const auto& l : p->log) found |= l.find(c.log) != std::string::npos;
+      EXPECT_TRUE(found) << ::testing::PrintToString(p->log);
+    }
+  }
+  // Never with O_DIRECT, GDS or URLs; a bad wish is refused naming the variable, where it is weighed.
+  Sized f;
+  f.up = ring(8, 1 << 20, true);
+  ReadRequest direct = stream_into(DestKind::kDevice, Toggle::kOn);
+  direct.h2d_source = "mapped";
+  EXPECT_EQ(choose(direct, f)->stream.copy_source, CopySource::kSlots);
+  ReadRequest bad = stream_into(DestKind::kDevice);
+  bad.h2d_source = "sometimes";
+  EXPECT_EQ(choose(bad, f).status().message(), "WEIGHTLIFT_H2D_SOURCE='sometimes' (expected slot, mapped or auto)");
+  EXPECT_TRUE(choose(with(bad, [](auto& r) { r.dest = DestKind::kHost; }), f).ok());  // not weighed into host memory
+}
+
+TEST(ReadPath, DistributedSplits) {
+  Sized f;
+  f.ncores = 4;
+  ReadRequest r = local(Strategy::kLazy);
+  r.distributed = true;
+  r.world = 4;
+  auto p = choose(r, f);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->exchange_block, uint64_t{32} << 20);  // 4 reads of 8 MiB
+  EXPECT_TRUE(p->exchange_arena);                    // host memory of the engine's, a host collective
+  EXPECT_EQ(p->scatter_threads, 4);
+  EXPECT_EQ(p->stream.max_memory, 0u);
+  r.max_memory = 64 << 20;  // own part under half the cap; blocks of two buffers of W in the other half
+  auto capped = choose(r, f);
+  EXPECT_EQ(capped->stream.max_memory, uint64_t{32} << 20);
+  EXPECT_EQ(capped->exchange_block, uint64_t{4} << 20);  // 64 MiB / 4 / 4 ranks
+  EXPECT_EQ(capped->exchange_reads.max_memory, 0u);      // the slices land in the exchange buffers
+  EXPECT_LE(capped->exchange_reads.threads, 1);          // one read per block of 4 MiB
+  r.collective_device = kCuda0;
+  EXPECT_FALSE(choose(r, f)->exchange_arena);
+  EXPECT_EQ(fit_stream(capped->stream, 1).threads, 1);
+}
+
+TEST(ReadPath, PerFileStrategySizes) {
+  Sized f;
+  ReadRequest threads = local(Strategy::kThreads);
+  threads.files = 3;
+  EXPECT_EQ(choose(threads, f)->workers, 3);  // at most one per file
+  threads.files = 30;
+  EXPECT_EQ(choose(threads, f)->workers, 8);
+  threads.threads = 12;
+  EXPECT_EQ(choose(threads, f)->workers, 12);
+  auto pre = choose(local(Strategy::kPrefetch), f);
+  EXPECT_EQ(pre->prefetch_threads, kDefaultPrefetchThreads);
+  EXPECT_EQ(pre->prefetch_block, kDefaultPrefetchBlockSize);
+  ReadRequest asked = local(Strategy::kPrefetch);
+  asked.threads = 3, asked.block_size = 1 << 20;
+  EXPECT_EQ(choose(asked, f)->prefetch_threads, 3);
+  EXPECT_EQ(choose(asked, f)->prefetch_block, uint64_t{1} << 20);
+}
+
 }  // namespace
 }  // namespace wl

@@ -4,12 +4,15 @@
 //   [--device cpu|pinned|cuda[:N]] [--gds auto|on|off]
 //   [--distributed [--dist-timeout SECONDS]]   (under mpirun: read once in total, exchange over MPI)
 // With a device, tensors land in pinned or CUDA memory (weightlift/gpu.h);
-// --checksum then copies each one back to hash it.
+// --checksum then copies each one back to hash it. The command only turns
+// flags into LoadOptions and prints what came back: how the load reads is the
+// engine's plan (load_plan.h), which --verbose prints as the engine made it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <unordered_map>
 
 #include <fmt/format.h>
@@ -112,15 +115,27 @@ Result<LoadStats> load_dummy(const std::vector<std::string>& files, uint64_t see
   return st;
 }
 
-int run_load(const LoadArgs& a) {
-  auto net = apply_network_flags(a.net);
-  if (!net.ok()) return usage_error(net.status().message());
+// What a load needs from the command line, and what keeps it alive: the
+// engine's options, the destination and collective they point at, the
+// sources of repositories that load while they download, the files.
+struct Setup {
+  LoadOptions opt;
+  Device device = kCpu;
+  std::unique_ptr<gpu::DeviceDestination> dest;     // --device pinned / cuda
+  std::unique_ptr<Collective> world;                // --distributed
+  std::vector<std::unique_ptr<HubSource>> sources;  // repository ids served while they download
+  std::unique_ptr<Preallocated> pre;                // --into-preallocated
+  std::vector<std::string> files;
+};
+
+// The engine's options of the flags (the read wishes as given: the engine
+// decides); a usage error's exit code otherwise.
+std::optional<int> read_flags(const LoadArgs& a, LoadOptions& opt) {
   auto strategy = strategy_from_name(a.strategy);
   if (!strategy) return usage_error(fmt::format("unknown strategy '{}'", a.strategy));
-  LoadOptions opt;
   opt.strategy = *strategy;
-  opt.threads = a.threads;
   if (a.threads < 0) return usage_error(fmt::format("--threads {} is negative", a.threads));
+  opt.threads = a.threads;
   if (!a.block_size.empty()) {
     auto n = parse_size(a.block_size);
     if (!n.ok() || *n == 0) return usage_error(fmt::format("bad --block-size '{}'", a.block_size));
@@ -150,89 +165,72 @@ int run_load(const LoadArgs& a) {
     opt.local_experts = *ids;
   }
   opt.direct = toggle_from_name(a.direct).value_or(Toggle::kAuto);
+  return std::nullopt;
+}
 
+// Where the tensors land (gpu::destination_for: host memory of the engine's
+// choosing, pinned or CUDA) and, with --distributed, the ranks of
+// MPI_COMM_WORLD (mpirun -np N) that read the checkpoint once in total.
+std::optional<int> open_destination(const LoadArgs& a, Setup& s) {
   auto device = parse_device(a.device);
   if (!device.ok()) return usage_error(device.status().message());
+  s.device = *device;
   // Context, pinned ring and copier on a background thread while the files
   // are resolved and planned (what the first device load of a process pays).
-  if (!a.dummy) gpu::warm_up(*device);
+  if (!a.dummy) gpu::warm_up(s.device);
   auto gds = toggle_from_name(a.gds);
   if (!gds) return usage_error(fmt::format("bad --gds '{}' (expected auto, on or off)", a.gds));
-  if (a.dummy && device->kind != DeviceKind::kCpu) return usage_error("--dummy fills host memory; drop --device");
-  // Where the tensors land: host memory (the engine's choice), pinned or CUDA.
-  std::unique_ptr<gpu::DeviceDestination> dest;
-  if (device->kind != DeviceKind::kCpu) {
-    if (Status s = gpu::check_device(*device); !s.ok()) return fail(s);
-    auto d =
-        device->kind == DeviceKind::kCuda ? gpu::cuda_destination(*device, {.gds = *gds}) : gpu::pinned_destination();
-    if (!d.ok()) return fail(d.status());
-    dest = std::move(*d);
-    opt.destination = dest.get();
-  }
+  if (a.dummy && s.device.kind != DeviceKind::kCpu) return usage_error("--dummy fills host memory; drop --device");
+  auto dest = gpu::destination_for(s.device, {.gds = *gds});
+  if (!dest.ok()) return fail(dest.status());
+  s.dest = std::move(*dest);
+  s.opt.destination = s.dest.get();
+  if (!a.distributed) return std::nullopt;
+  if (a.dummy) return usage_error("--distributed reads the checkpoint; it does not combine with --dummy");
+  if (a.rank != 0 || a.world_size != 1)
+    return usage_error("--distributed takes the rank and world size from MPI; drop --rank and --world-size");
+  if (!(a.dist_timeout > 0 && a.dist_timeout <= 86400))
+    return usage_error(fmt::format("--dist-timeout {} is outside (0, 86400] seconds", a.dist_timeout));
+  auto w = mpi_world(std::chrono::milliseconds(static_cast<int64_t>(a.dist_timeout * 1000)));
+  if (!w.ok()) return fail(w.status());
+  s.world = std::move(*w);
+  s.opt.collective = s.world.get();
+  return std::nullopt;
+}
 
-  // --distributed: the ranks of MPI_COMM_WORLD (mpirun -np N) read the
-  // checkpoint once in total and exchange over MPI.
-  std::unique_ptr<Collective> world;
-  if (a.distributed) {
-    if (a.dummy) return usage_error("--distributed reads the checkpoint; it does not combine with --dummy");
-    if (a.rank != 0 || a.world_size != 1)
-      return usage_error("--distributed takes the rank and world size from MPI; drop --rank and --world-size");
-    if (!(a.dist_timeout > 0 && a.dist_timeout <= 86400))
-      return usage_error(fmt::format("--dist-timeout {} is outside (0, 86400] seconds", a.dist_timeout));
-    auto w = mpi_world(std::chrono::milliseconds(static_cast<int64_t>(a.dist_timeout * 1000)));
-    if (!w.ok()) return fail(w.status());
-    world = std::move(*w);
-    opt.collective = world.get();
-  }
-  // A repository id on a cold cache loads while it downloads (the sources serve its files meanwhile).
-  std::vector<std::unique_ptr<HubSource>> sources;
-  auto resolved = weight_files_of(a.paths, a.revision, a.offline, a.dummy ? nullptr : &sources);
-  if (world) {  // every rank learns whether every rank found its files
-    auto all = world->all_gather_strings(resolved.ok() ? std::string() : resolved.status().to_string());
+// The weight files (every rank learns whether every rank found its files);
+// a repository id on a cold cache loads while it downloads (its sources
+// serve the files meanwhile, and the engine reads them as files still
+// arriving). With --into-preallocated, their buffers.
+std::optional<int> resolve_files(const LoadArgs& a, Setup& s) {
+  auto resolved = weight_files_of(a.paths, a.revision, a.offline, a.dummy ? nullptr : &s.sources);
+  if (s.world) {
+    auto all = s.world->all_gather_strings(resolved.ok() ? std::string() : resolved.status().to_string());
     if (!all.ok()) return fail(all.status());
     for (size_t k = 0; k < all->size() && resolved.ok(); ++k)
       if (!(*all)[k].empty())
         return fail(Status::Aborted(fmt::format("rank {} of {} failed: {}", k, all->size(), (*all)[k])));
   }
   if (!resolved.ok()) return fail(resolved.status());
-  const std::vector<std::string>& files = *resolved;
-  std::unique_ptr<Preallocated> pre;
-  if (a.preallocated) {
-    if (a.tp_size > 1 || !a.shard_rules.empty() || a.dummy)
-      return usage_error("--into-preallocated loads whole tensors (no --tp-size, --shard-rule or --dummy)");
-    auto p = preallocate(files);
-    if (!p.ok()) return fail(p.status());
-    pre = std::move(*p);
-    opt.destination = pre->dest.get();
-  }
-  // Files still downloading: the read path for files that arrive as they are read (choose()).
-  bool downloading = false;
-  for (auto& s : sources) downloading |= !s->pending().empty();
-  if (downloading) {
-    ReadRequest rq = read_request(files, opt);
-    rq.source = SourceKind::kArriving;
-    rq.gds = Toggle::kOff;  // the engine weighs GPUDirect Storage with the first file in hand
-    GivenFacts unknown;     // nothing to ask of files that are still arriving
-    auto path = choose(rq, unknown);
-    if (!path.ok()) return fail(path.status());
-    opt.strategy = path->strategy;
-    opt.file_views = path->file_views;
-  }
-  const bool leader = a.tp_rank == 0 && a.rank == 0 && (!world || world->rank() == 0);
-  const bool show = leader && !a.no_progress;
-  if (leader && a.verbose)  // lines name files and URLs: inert (text.h)
-    opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", inert(line).c_str()); };
-  std::unique_ptr<ProgressBar> bar;
-  if (show) {
-    opt.progress = [&bar](const LoadProgress& p) {
-      if (!bar) bar = std::make_unique<ProgressBar>("Loading checkpoint shards", p.bytes_total, true, stderr, "B");
-      bar->update(p.bytes_done);
-      return true;
-    };
-  }
-  std::vector<LoadedTensor> kept;  // the load's result: every tensor stays in memory until the end
+  s.files = std::move(*resolved);
+  if (!a.preallocated) return std::nullopt;
+  if (a.tp_size > 1 || !a.shard_rules.empty() || a.dummy)
+    return usage_error("--into-preallocated loads whole tensors (no --tp-size, --shard-rule or --dummy)");
+  auto p = preallocate(s.files);
+  if (!p.ok()) return fail(p.status());
+  s.pre = std::move(*p);
+  s.opt.destination = s.pre->dest.get();
+  return std::nullopt;
+}
+
+// What the load hands over: every tensor kept until the end (the load's
+// result), and with --checksum a line per tensor (printed in checkpoint order).
+struct Output {
+  const LoadArgs& a;
+  std::vector<LoadedTensor> kept;
   std::vector<std::pair<uint64_t, std::string>> rows;
-  auto sink = [&](LoadedTensor&& t) -> Status {
+
+  Status take(LoadedTensor&& t) {
     if (a.checksum) {
       std::string digest;
       if (t.view.device().host_accessible()) {
@@ -253,51 +251,95 @@ int run_load(const LoadArgs& a) {
     }
     kept.push_back(std::move(t));
     return Status();
-  };
-  // Storage reads of the load alone: libraries (MPI's plugins, libcurl) faulted
-  // in before it count in /proc/self/io too.
-  const uint64_t storage_before = storage_read_bytes();
-  auto r = a.dummy ? load_dummy(files, a.dummy_seed, a.threads, sink) : load_files(files, opt, sink);
-  if (!r.ok()) return fail(r.status());
-  if (bar) bar->finish();
+  }
   // Checkpoint order whatever the strategy, so outputs compare byte for byte.
-  std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.first < y.first; });
-  for (auto& [_, line] : rows) std::fwrite(line.data(), 1, line.size(), stdout);
-  double gbps = r->seconds > 0 ? static_cast<double>(r->bytes) / r->seconds / 1e9 : 0.0;
-  std::string strat = a.dummy ? std::string("dummy") : std::string(strategy_name(r->strategy));
-  if (r->strategy == Strategy::kStream)
-    strat += r->gds               ? " (GDS)"
-             : r->direct_io       ? " (O_DIRECT)"
-             : r->host_registered ? " (page cache, registered)"
-                                  : " (buffered)";
-  if (device->kind == DeviceKind::kCuda && *strategy != Strategy::kAuto && *strategy != r->strategy)
-    strat += fmt::format(" (asked: {}; a device load streams)", strategy_name(*strategy));
-  if (world)
-    strat += fmt::format(" (distributed, rank {} of {}, received {} bytes)", world->rank(), world->world_size(),
-                         r->bytes_exchanged);
-  std::string where = device->to_string();
-  if (dest)
-    where += fmt::format(", {} memory {:.1f} MiB", device->kind == DeviceKind::kCuda ? "device" : "pinned",
-                         static_cast<double>(dest->allocated_bytes()) / (1 << 20));
+  void print() {
+    std::sort(rows.begin(), rows.end(), [](auto& x, auto& y) { return x.first < y.first; });
+    for (auto& [_, line] : rows) std::fwrite(line.data(), 1, line.size(), stdout);
+  }
+};
+
+// The summary line on stderr: what was loaded, how fast, the strategy that
+// ran, where to, memory and bytes read.
+void print_summary(const LoadArgs& a, const Setup& s, const LoadStats& r, uint64_t storage_read) {
+  double gbps = r.seconds > 0 ? static_cast<double>(r.bytes) / r.seconds / 1e9 : 0.0;
+  std::string strat = a.dummy ? std::string("dummy") : std::string(strategy_name(r.strategy));
+  if (r.strategy == Strategy::kStream)
+    strat += r.gds               ? " (GDS)"
+             : r.direct_io       ? " (O_DIRECT)"
+             : r.host_registered ? " (page cache, registered)"
+                                 : " (buffered)";
+  if (s.device.kind == DeviceKind::kCuda && s.opt.strategy != Strategy::kAuto && s.opt.strategy != r.strategy)
+    strat += fmt::format(" (asked: {}; a device load streams)", strategy_name(s.opt.strategy));
+  if (s.world)
+    strat += fmt::format(" (distributed, rank {} of {}, received {} bytes)", s.world->rank(), s.world->world_size(),
+                         r.bytes_exchanged);
+  std::string where = s.device.to_string();
+  if (s.dest)
+    where += fmt::format(", {} memory {:.1f} MiB", s.device.kind == DeviceKind::kCuda ? "device" : "pinned",
+                         static_cast<double>(s.dest->allocated_bytes()) / (1 << 20));
   std::fprintf(stderr,
                "loaded %llu tensors, %llu bytes from %zu files in %.3f s (%.2f GB/s), strategy %s, to %s, "
                "peak RSS %.1f MiB, read %llu bytes, skipped %llu expert tensors, storage read %llu bytes\n",
-               static_cast<unsigned long long>(r->tensors), static_cast<unsigned long long>(r->bytes), files.size(),
-               r->seconds, gbps, strat.c_str(), where.c_str(), static_cast<double>(peak_rss_bytes()) / (1 << 20),
-               static_cast<unsigned long long>(r->bytes_read), static_cast<unsigned long long>(r->skipped_tensors),
-               static_cast<unsigned long long>(storage_read_bytes() - storage_before));
-  if (dest && a.verbose) std::fprintf(stderr, "gpu: once per process: %s\n", gpu::process_costs().to_string().c_str());
+               static_cast<unsigned long long>(r.tensors), static_cast<unsigned long long>(r.bytes), s.files.size(),
+               r.seconds, gbps, strat.c_str(), where.c_str(), static_cast<double>(peak_rss_bytes()) / (1 << 20),
+               static_cast<unsigned long long>(r.bytes_read), static_cast<unsigned long long>(r.skipped_tensors),
+               static_cast<unsigned long long>(storage_read));
+  if (s.dest && a.verbose)
+    std::fprintf(stderr, "gpu: once per process: %s\n", gpu::process_costs().to_string().c_str());
+}
+
+int run_load(const LoadArgs& a) {
+  auto net = apply_network_flags(a.net);
+  if (!net.ok()) return usage_error(net.status().message());
+  Setup s;
+  if (auto e = read_flags(a, s.opt)) return *e;
+  if (auto e = open_destination(a, s)) return *e;
+  if (auto e = resolve_files(a, s)) return *e;
+  const bool leader = a.tp_rank == 0 && a.rank == 0 && (!s.world || s.world->rank() == 0);
+  // --verbose: the engine's log, which starts with the plan it made (its
+  // reasons and the readers' setup), then what the load says as it runs.
+  // Lines name files and URLs: inert (text.h).
+  if (leader && a.verbose)
+    s.opt.log = [](const std::string& line) { std::fprintf(stderr, "%s\n", inert(line).c_str()); };
+  std::unique_ptr<ProgressBar> bar;
+  if (leader && !a.no_progress) {
+    s.opt.progress = [&bar](const LoadProgress& p) {
+      if (!bar) bar = std::make_unique<ProgressBar>("Loading checkpoint shards", p.bytes_total, true, stderr, "B");
+      bar->update(p.bytes_done);
+      return true;
+    };
+  }
+  Output out{a};
+  auto sink = [&out](LoadedTensor&& t) { return out.take(std::move(t)); };
+  // Storage reads of the load alone: libraries (MPI's plugins, libcurl) faulted
+  // in before it count in /proc/self/io too.
+  const uint64_t storage_before = storage_read_bytes();
+  auto r = a.dummy ? load_dummy(s.files, a.dummy_seed, a.threads, sink) : load_files(s.files, s.opt, sink);
+  if (!r.ok()) return fail(r.status());
+  if (bar) bar->finish();
+  out.print();
+  print_summary(a, s, *r, storage_read_bytes() - storage_before);
   return 0;
+}
+
+// "auto (default) | lazy | ..." from the engine's vocabulary.
+std::string strategy_help() {
+  std::string help = "auto (default)";
+  for (const std::string& n : strategy_names())
+    if (n != "auto") help += " | " + n;
+  return help;
 }
 
 RunFn setup_load(CLI::App& sub) {
   auto a = std::make_shared<LoadArgs>();
   sub.add_option("paths", a->paths, "weight files or model folders")->required();
-  sub.add_option("--strategy", a->strategy, "auto (default) | lazy | eager | prefetch | threads | stream");
+  sub.add_option("--strategy", a->strategy, strategy_help());
   sub.add_flag("--checksum", a->checksum, "print the SHA-256 of every tensor's bytes");
   sub.add_option("--format", a->format, "output format of --checksum")->check(CLI::IsMember({"table", "jsonl"}));
   sub.add_flag("--no-progress", a->no_progress, "no progress bar or log lines");
-  sub.add_flag("--verbose", a->verbose, "log the auto decision, the stream setup and prefetch progress (stderr)");
+  sub.add_flag("--verbose", a->verbose,
+               "log the engine's plan (its reasons and the readers' setup) and prefetch progress (stderr)");
   sub.add_option("--threads", a->threads, "workers for prefetch / threads / stream (default 8)");
   sub.add_option("--block-size", a->block_size, "prefetch block / stream read size, e.g. 16MiB");
   sub.add_option("--tp-rank", a->tp_rank, "tensor-parallel rank");

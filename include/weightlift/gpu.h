@@ -163,6 +163,15 @@ Result<std::unique_ptr<DeviceDestination>> cuda_destination(Device device, const
 // caller holds (vLLM's parameters). Serves one load.
 Result<std::unique_ptr<Uploader>> make_uploader(Device device);
 
+// The one device -> destination factory (the CLI's --device, the Python
+// options' "device"): nullptr for the CPU (host memory of the engine's
+// choosing), pinned memory, or cuda:N with `options`. kUnavailable or
+// kInvalidArgument naming what is missing when the device cannot be used.
+Result<std::unique_ptr<DeviceDestination>> destination_for(Device device, const CudaOptions& options = {});
+// The caller's own memory on `device` (host, pinned, or cuda:N filled
+// through the engine's pinned ring, made now): `fn` returns each tensor's region.
+Result<std::unique_ptr<Destination>> caller_destination_for(RegionFn fn, Device device);
+
 // ---- copies ---------------------------------------------------------------------
 
 // The view's bytes into host memory (dst.size() == view.nbytes()): a device

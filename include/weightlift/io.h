@@ -238,6 +238,13 @@ class Env {
     (void)path;
     return Status();
   }
+  // True while a source is still writing the file at `path` (the Hub's load
+  // while downloading): its reads may wait for bytes to arrive. A fact the
+  // engine's plan asks for (read_path.h).
+  virtual bool arriving(const std::string& path) {
+    (void)path;
+    return false;
+  }
 };
 
 // Forwards everything to a target Env: subclass to intercept some calls.
@@ -265,6 +272,7 @@ class EnvWrapper : public Env {
   void confine_writes(const std::string& dir) override { target_->confine_writes(dir); }
   bool is_symlink(const std::string& path) override { return target_->is_symlink(path); }
   Status wait_complete(const std::string& path) override { return target_->wait_complete(path); }
+  bool arriving(const std::string& path) override { return target_->arriving(path); }
   Env* target() const { return target_; }
 
  private:

@@ -1,9 +1,9 @@
 // weightlift/load_options.h: the loading engine's vocabulary -- what a load
 // is asked to do (LoadOptions), what it hands over (LoadedTensor), how far it
-// got (LoadProgress) and what ran (LoadStats). The entry point, load_files(),
-// is in loader.h; the strategies are described there and in docs/engine.md;
-// the modes (Strategy, Toggle) and how a load's read path is chosen are in
-// read_path.h.
+// got (LoadProgress) and what ran (LoadStats). A load is planned from these
+// options and carried out (load_plan.h); load_files() (loader.h) does both.
+// The options are wishes: how a load reads is decided by its plan
+// (choose(), read_path.h), never by the caller.
 #pragma once
 
 #include <cstdint>
@@ -136,14 +136,24 @@ struct LoadOptions {
   // The read path's A/B switches (switches.h), as the environment set them
   // when these options were made.
   Switches switches = read_switches();
+
+  // Facts the caller already holds (a dry run's: Python's patchable
+  // filesystem helpers, which vLLM's tests replace): they win over what the
+  // plan would find out (read_path.h's ReadFacts).
+  struct KnownFacts {
+    std::optional<std::string> fs_type;
+    std::optional<uint64_t> checkpoint_bytes, available_bytes;
+    std::optional<std::optional<double>> cached_fraction;  // {nullopt}: residency given as unknown
+  };
+  KnownFacts known;
 };
 
 struct LoadStats {
-  uint64_t tensors = 0;          // handed to the sink
-  uint64_t bytes = 0;            // their bytes
-  uint64_t skipped_tensors = 0;  // by the expert filter
-  uint64_t bytes_read = 0;       // from files (stream: with alignment slack)
-  double seconds = 0;
+  uint64_t tensors = 0;                 // handed to the sink
+  uint64_t bytes = 0;                   // their bytes
+  uint64_t skipped_tensors = 0;         // by the expert filter
+  uint64_t bytes_read = 0;              // from files (stream: with alignment slack)
+  double seconds = 0;                   // planning and carrying out
   Strategy strategy = Strategy::kLazy;  // what ran (auto resolves to stream, prefetch or lazy)
   bool direct_io = false;               // stream used O_DIRECT
   bool gds = false;                     // stream read into device memory with GPUDirect Storage
@@ -152,9 +162,5 @@ struct LoadStats {
   // collective (their exchange blocks, padding included).
   uint64_t bytes_exchanged = 0;
 };
-
-// The read-path request of a load_files() call (read_path.h): the source
-// from files[0], the destination and its GDS wish from options.destination.
-ReadRequest read_request(const std::vector<std::string>& files, const LoadOptions& options);
 
 }  // namespace wl

@@ -38,16 +38,20 @@
 #include <vector>
 
 #include "weightlift/load_options.h"
+#include "weightlift/load_plan.h"
 #include "weightlift/status.h"
 
 namespace wl {
 
 // Loads the tensors of the given weight files (any CheckpointReader format;
-// paths or URLs, through options.env). Before it returns OK it calls
+// paths or URLs, through options.env): plan_load() then execute()
+// (load_plan.h); `planned`, when given, sees the plan before it is carried
+// out (the Python stream hands it back). Before it returns OK it calls
 // options.env->wait_complete(file) for every file, so a source still writing
 // a file (the Hub's load-while-downloading) can fail the load after the fact
 // (a blob whose hash does not match), even when its tensors were handed over.
 Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOptions& options,
-                             const std::function<Status(LoadedTensor&&)>& sink);
+                             const std::function<Status(LoadedTensor&&)>& sink,
+                             const std::function<void(const LoadPlan&)>& planned = nullptr);
 
 }  // namespace wl

@@ -1,18 +1,20 @@
-// weightlift/read_path.h: which read path a load takes, decided in one place.
+// weightlift/read_path.h: how a load reads, decided in one place.
 //
 // choose() turns a request (where the bytes come from, where they land, what
-// the caller wishes) and the facts it consults (page-cache residency, the
-// filesystem, the memory, GPUDirect Storage) into a ReadPath: the strategy
-// that runs, whether the stream reads with O_DIRECT, whether tensors are
-// views of private file mappings, whether GPUDirect Storage reads into
-// device memory. Every caller asks it: load_files() (and through it the
-// distributed loader), the CLI, the Python package; docs/engine.md lists the
-// rules, tests/read_path_test.cpp checks each.
+// the caller wishes, the A/B switches its options carry) and the facts it
+// asks for (page-cache residency, the filesystem, the memory, the cores, the
+// destination's uploader, GPUDirect Storage) into a ReadPath: the strategy
+// that runs, O_DIRECT, file views, GDS, checkpoint order, and every size the
+// runners use: the stream's threads, read size, memory window and staging,
+// where device copies read from, a distributed load's exchange block and its
+// memory split, the workers of the per-file strategies and the prefetcher.
+// plan_load() (load_plan.h) asks it, once per load, and the runners only
+// carry the path out; docs/engine.md lists the rules, tests/read_path_test.cpp
+// checks each.
 //
 // Facts are asked lazily (only when a rule needs one) and at most once each,
-// so a caller that knows less (the CLI before planning, Python with its own
-// filesystem helpers) asks the same function and gets the same answer the
-// engine gets later with more facts.
+// so a dry run that knows less (Python's patchable filesystem helpers) gets
+// the same answer the engine gets with more facts.
 // Threading: choose() is a pure function of its arguments; a ReadFacts object
 // is used from one thread.
 #pragma once
@@ -31,11 +33,15 @@
 
 namespace wl {
 
+// The engine's strategies. strategy_names() is the one vocabulary: the CLI,
+// the Python options, the vLLM plug-in and weight_utils take it from here.
 enum class Strategy { kLazy, kEager, kPrefetch, kAuto, kThreads, kStream };
 
 // "lazy", "eager", "prefetch", "auto", "threads", "stream"; nullopt when unknown.
 std::optional<Strategy> strategy_from_name(std::string_view name);
 std::string_view strategy_name(Strategy s);
+// Every strategy's name, in the enum's order.
+const std::vector<std::string>& strategy_names();
 
 // A wish about one way of reading: kAuto leaves it to choose().
 // LoadOptions::direct (O_DIRECT) and gpu::CudaOptions::gds (GPUDirect Storage).
@@ -47,7 +53,7 @@ std::string_view toggle_name(Toggle t);
 // Where the bytes come from.
 enum class SourceKind {
   kLocal,     // files on a local or network filesystem
-  kArriving,  // files still downloading (the Hub's load while downloading, hub.h)
+  kArriving,  // files a source is still writing (Env::arriving(): the Hub's load while downloading)
   kRemote,    // URLs: http(s), s3, gs (every read is a request)
 };
 
@@ -59,22 +65,68 @@ enum class DestKind {
   kDevice,  // device memory (a CUDA destination, or the caller's device memory)
 };
 
+// Where a stream's copies into device memory read from.
+enum class CopySource {
+  kSlots,   // every chunk read into a slot of the uploader's pinned ring first
+  kMapped,  // straight out of the file's page cache, registered read-only for DMA
+};
+std::string_view copy_source_name(CopySource s);  // "slots", "mapped"
+
 struct ReadRequest {
   SourceKind source = SourceKind::kLocal;
   std::string first_file;  // names the source in reasons and errors; "" = no files
+  size_t files = 0;        // how many files (0 with first_file set: at least one)
   DestKind dest = DestKind::kHost;
-  Device device = kCpu;      // the destination's device (kDevice: which one)
-  bool distributed = false;  // ranks read once in total and exchange (collective.h)
+  Device device = kCpu;             // the destination's device (kDevice: which one)
+  bool distributed = false;         // ranks read once in total and exchange (collective.h)
+  int world = 1;                    // distributed: the ranks
+  Device collective_device = kCpu;  // distributed: the memory the collective exchanges in
   // The caller's wishes.
   Strategy strategy = Strategy::kAuto;
   Toggle direct = Toggle::kAuto;  // O_DIRECT
   Toggle gds = Toggle::kOff;      // GPUDirect Storage (the destination's option)
   bool file_views = false;        // LoadOptions::file_views
   uint64_t max_memory = 0;        // LoadOptions::max_memory
-  // A per-file strategy into device memory runs as asked, not as the stream
-  // (WEIGHTLIFT_DEVICE_STRATEGY=asked, for A/B runs; read_request() reads it).
+  int threads = 0;                // LoadOptions::threads (0: each strategy's default)
+  uint64_t block_size = 0;        // LoadOptions::block_size (0: each strategy's default)
+  // The A/B switches (switches.h, carried by LoadOptions::switches).
+  // WEIGHTLIFT_DEVICE_STRATEGY=asked: a per-file strategy into device memory
+  // runs as asked, not as the stream.
   bool device_as_asked = false;
+  // WEIGHTLIFT_H2D_SOURCE: "auto", "slot" or "mapped" (anything else is
+  // refused, naming the variable, where a rule needs it).
+  std::string h2d_source = "auto";
 };
+
+// What a destination's uploader offers (destination.h), as choose() weighs it.
+struct UploaderFacts {
+  bool present = false;            // the destination has one (memory the host cannot address)
+  Status ready;                    // its ring can be had (else why not)
+  uint64_t slot_bytes = 0;         // bytes per ring slot
+  uint32_t slot_count = 0;         // slots in the ring (0: unknown)
+  bool host_registration = false;  // it copies straight out of registered host memory
+};
+
+// How one stream reads: the stream strategy, a distributed load's own part
+// and its reads of the shared stream.
+struct StreamSetup {
+  int threads = 0;                              // I/O threads
+  uint64_t read_size = 0;                       // bytes a thread claims and reads at once (a chunk)
+  uint64_t window = 0;                          // bytes of tensors allocated and not yet handed over (0: no limit)
+  uint64_t max_memory = 0;                      // the cap the sizes fit (0: none)
+  uint64_t staging = 0;                         // O_DIRECT into host memory: per-thread aligned buffers, in all
+  bool direct = false;                          // O_DIRECT
+  bool gds = false;                             // GPUDirect Storage into device memory
+  bool remote = false;                          // URLs: ranged GETs
+  Device device = kCpu;                         // where the bytes land
+  CopySource copy_source = CopySource::kSlots;  // device memory without GDS
+  uint32_t slots = 0;                           // device memory: the ring's slots
+  uint64_t slot_bytes = 0;                      //   and their size
+  // "stream: 8 threads, 8192 KiB reads, O_DIRECT, to cpu, memory cap none" (the log's line).
+  std::string describe() const;
+};
+// `s` for a stream of `bytes` (0: not known): never more threads than chunks.
+StreamSetup fit_stream(StreamSetup s, uint64_t bytes);
 
 struct ReadPath {
   Strategy strategy = Strategy::kLazy;  // never kAuto
@@ -84,8 +136,24 @@ struct ReadPath {
   std::string gds_off;                  // why not, when it was considered ("gds=off", cuFile's refusal)
   uint64_t max_memory = 0;              // the stream's memory cap (0: none)
   bool ordered = false;                 // tensors handed over in checkpoint order (LoadOptions::ordered)
-  // Lines for LoadOptions::log, in the order the rules fired; `warn` when one
-  // is a warning (a prefetch that may not fit in memory).
+  // The sizes, for the strategy that runs:
+  StreamSetup stream;           // kStream: the stream (distributed: this rank's own tensors, under half the cap)
+  int workers = 0;              // kThreads: files loaded at once
+  int prefetch_threads = 0;     // kPrefetch: the page-cache prefetcher's threads
+  uint64_t prefetch_block = 0;  //   and its block size
+  // Distributed: this rank's reads of its slices of the shared stream (into
+  // host exchange memory; fit_stream() to each slice), the bytes each rank
+  // contributes per round (this rank's wish: every rank takes the smallest
+  // wish of them all), and the threads that copy received bytes into tensors.
+  // exchange_arena: this rank can receive straight into one buffer of the
+  // engine's (host memory of the engine's choosing, a host collective); the
+  // load uses one when every rank can.
+  StreamSetup exchange_reads;
+  uint64_t exchange_block = 0;
+  bool exchange_arena = false;
+  int scatter_threads = 0;
+  // Lines for the log, in the order the rules fired; `warn` when one is a
+  // warning (a prefetch that may not fit in memory).
   std::vector<std::string> log;
   bool warn = false;
   // The prefetch rule's verdict and facts, when it was consulted.
@@ -110,6 +178,14 @@ class ReadFacts {
   // Whether GPUDirect Storage can read the first file into the destination's
   // memory (false: `why` says why). An error: the file cannot be opened.
   virtual Result<bool> gds_usable(std::string* why) = 0;
+  // CPU cores of this machine (default: std::thread::hardware_concurrency()).
+  virtual unsigned cores();
+  // The destination's uploader (present: false for memory the host
+  // addresses); nullopt when not known (default).
+  virtual std::optional<UploaderFacts> uploader() { return std::nullopt; }
+  // Bytes the stream would read (the planned tensors stored contiguously); 0
+  // when not known.
+  virtual uint64_t stream_bytes() { return 0; }
 };
 
 // The facts of these files, asked of `env` and `system`: residency sampled
@@ -135,6 +211,9 @@ class GivenFacts final : public ReadFacts {
   Result<uint64_t> available_memory() override;
   std::optional<bool> contiguous() override;
   Result<bool> gds_usable(std::string* why) override;
+  unsigned cores() override;
+  std::optional<UploaderFacts> uploader() override;
+  uint64_t stream_bytes() override;
 
  private:
   ReadFacts* rest_;
@@ -166,8 +245,27 @@ class GivenFacts final : public ReadFacts {
 //   GDS (stream into device memory)  off as wished; else when the first file
 //                     can be read with cuFile; wished on but unusable:
 //                     kUnimplemented naming the file, before any read
+//   copy source       device memory without GDS or O_DIRECT, not a URL:
+//                     WEIGHTLIFT_H2D_SOURCE slot / mapped as set (mapped only
+//                     where the uploader registers host memory); auto: mapped
+//                     on a machine with under 8 cores when at least 90% of
+//                     the sampled pages are cached
+//   stream sizes      threads: as asked, else 8 for O_DIRECT (reads in
+//                     flight), 16 for URLs (requests), one per core (2..8)
+//                     for buffered copies, one per core up to half the ring's
+//                     slots into device memory; reads of block_size (8 MiB),
+//                     within a device ring's slot; a memory cap splits into
+//                     staging (O_DIRECT into host memory: threads x read
+//                     size, in half the cap) and the window of allocated
+//                     tensors; a distributed load's own part gets half the
+//                     cap, and each round's block is 4 reads, at most a
+//                     quarter of the cap shared by the ranks
+//   per-file sizes    threads: as asked, else 8 workers (at most one per
+//                     file); prefetch: threads and block size as asked, else
+//                     8 threads of 16 MiB blocks
 // Errors: a fact that cannot be found out where a rule needs it (a file that
-// cannot be opened), GDS required but unusable.
+// cannot be opened), GDS required but unusable, a device destination without
+// an uploader (or its ring), a bad WEIGHTLIFT_H2D_SOURCE where it is weighed.
 Result<ReadPath> choose(const ReadRequest& request, ReadFacts& facts);
 
 }  // namespace wl

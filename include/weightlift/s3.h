@@ -55,6 +55,10 @@
 
 namespace wl {
 
+// The URL schemes served as object storage ("s3", "gs"): the one list, which
+// the URL parser, Env::Default()'s registration and the Python package take.
+const std::vector<std::string>& object_storage_schemes();
+
 // "s3://bucket/key/of/object" split up. key may be "" (the bucket itself) or
 // end in "/" (a prefix).
 struct S3Url {

@@ -1,5 +1,7 @@
-// weightlift._core, GPU part (weightlift/gpu.h): device detection, the
-// "device"/"gds" engine options of Stream, and the helpers tests use.
+// weightlift._core, GPU part (weightlift/gpu.h): device detection, warm-up
+// and costs, device memory, and the helpers tests use. The options'
+// "device"/"gds" become a destination through gpu::destination_for
+// (bind_engine.cpp).
 // Device tensors cross as kDLCUDA arrays that own their memory (bindings.h).
 #include <memory>
 #include <string>
@@ -16,22 +18,6 @@
 namespace wlpy {
 
 using namespace nb::literals;
-
-std::shared_ptr<void> gpu_destination_option(const nb::dict& engine, wl::LoadOptions& o) {
-  std::string device = "cpu", gds = "auto";
-  if (engine.contains("device")) device = nb::cast<std::string>(engine["device"]);
-  if (engine.contains("gds")) gds = nb::cast<std::string>(engine["gds"]);
-  wl::Device d = unwrap(wl::parse_device(device));
-  auto g = wl::toggle_from_name(gds);
-  if (!g) raise(wl::Status::InvalidArgument("gds must be auto, on or off, not '" + gds + "'"));
-  if (d.kind == wl::DeviceKind::kCpu) return nullptr;
-  check(wl::gpu::check_device(d));
-  std::unique_ptr<wl::gpu::DeviceDestination> dest = d.kind == wl::DeviceKind::kCuda
-                                                         ? unwrap(wl::gpu::cuda_destination(d, {.gds = *g}))
-                                                         : unwrap(wl::gpu::pinned_destination());
-  o.destination = dest.get();
-  return std::shared_ptr<wl::gpu::DeviceDestination>(std::move(dest));
-}
 
 void bind_gpu(nb::module_& m) {
   m.def("gpu_device_count", [] { return wl::gpu::device_count(); });

@@ -92,19 +92,14 @@ void bind_dist(nb::module_& m);         // bind_dist.cpp: Collectives for distri
 // The wl::Collective behind a weightlift._core.Collective object (engine option "collective").
 wl::Collective* collective_from(nb::handle h);
 
-// ---- the GPU engine options (bind_gpu.cpp) ----
+void bind_gpu(nb::module_& m);  // bind_gpu.cpp: devices, one tensor to a device, device memory for tests
 
-// Reads the engine options "device" ("cpu", "pinned", "cuda:N") and "gds"
-// ("auto", "on", "off") of `engine` and, for a device, points o.destination
-// at a new destination, returned to be kept alive for the load (null for
-// host memory). A device that cannot be used raises.
-std::shared_ptr<void> gpu_destination_option(const nb::dict& engine, wl::LoadOptions& o);
-inline bool is_gpu_option(const std::string& key) { return key == "device" || key == "gds"; }
-
-void bind_gpu(nb::module_& m);
-
-// ---- each component's bindings (python/src/bind_<component>.cpp) ------------------
-void bind_engine(nb::module_& m);      // load options, the background load, load_into, policies
+// ---- the engine, by seam (the options and plans, the loads, the sources, the policies) ----
+void bind_engine(nb::module_& m);     // bind_engine.cpp: typed options, vocabularies, dry runs of plan_load
+void bind_stream(nb::module_& m);     // bind_stream.cpp: the background load behind every iterator
+void bind_load_into(nb::module_& m);  // bind_load_into.cpp: straight into the caller's memory
+void bind_env(nb::module_& m);        // bind_env.cpp: listings and small reads through the Env
+void bind_policies(nb::module_& m);   // bind_policies.cpp: prefetch, facts, names, dummy values, configs
 void bind_read_ahead(nb::module_& m);  // bind_read_ahead.cpp: a load's reads started before the load
 // The Env of a weightlift._core.ReadAhead (engine option "read_ahead").
 wl::Env* read_ahead_env(nb::handle h);

@@ -209,4 +209,8 @@ NB_MODULE(_core, m) {
   bind_dist(m);
   bind_engine(m);
   bind_read_ahead(m);
+  bind_stream(m);
+  bind_load_into(m);
+  bind_env(m);
+  bind_policies(m);
 }

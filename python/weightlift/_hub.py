@@ -146,16 +146,12 @@ def hub_weights_iterator(
     each tensor yielded once its bytes arrived. The cache ends exactly as a
     plain download leaves it. Raises at the end (CorruptDataError naming the
     file) when a blob does not match its ETag, even after its tensors were
-    yielded. strategy None (the engine's auto): each tensor is a copy-on-write
-    view of the cache file it arrived in (no second copy); "stream" reads into
-    new memory. `engine`: the loader's options (threads, block_size, max_memory...)."""
+    yielded. strategy None (the engine's auto, which reads files still
+    arriving as views): each tensor is a copy-on-write view of the cache file
+    it arrived in (no second copy); "stream" reads into new memory. `engine`:
+    the loader's options (threads, block_size, max_memory...)."""
     source = hub_source(repo_id, revision, cache_dir)
     engine.setdefault("file_views", True)  # as every iterator of the package
-    if strategy is None and source.pending:
-        # Files still arriving: the engine's read path for them (choose(), read_path.h).
-        path = _core.choose_read_path(source.weight_files, file_views=engine["file_views"],
-                                      device=str(engine.get("device") or "cpu"), arriving=True)
-        strategy, engine["file_views"] = path["strategy"], path["file_views"]
     yield from iterate(source.weight_files, max_queued_bytes=max_queued_bytes, ordered=False,
                        strategy=strategy or "auto", **engine)
     source.finish()

@@ -1,5 +1,7 @@
-// choose(): the one place that decides a load's read path (read_path.h lists
+// choose(): the one place that decides how a load reads (read_path.h lists
 // the rules; tests/read_path_test.cpp has a row for each).
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "weightlift/read_path.h"
@@ -8,7 +10,23 @@ namespace wl {
 
 namespace {
 
-// Asks each fact at most once (residency is consulted by two rules).
+constexpr uint64_t kAlign = 4096;
+// The stream's read size when the caller gives none.
+constexpr uint64_t kDefaultReadSize = uint64_t{8} << 20;
+// The stream's threads: O_DIRECT reads in flight; requests to a remote source.
+constexpr int kDirectThreads = 8;
+constexpr int kRemoteThreads = 16;
+// A distributed round's block: this many stream reads.
+constexpr uint64_t kReadsPerBlock = 4;
+// A stream's copies into device memory read straight out of the page cache
+// on machines with fewer cores than this (the readers' copies into the slots
+// cannot keep up with a PCIe link there), when the checkpoint is this hot.
+constexpr unsigned kMappedBelowCores = 8;
+constexpr double kMappedResidency = 0.9;
+// File views out of cold files: the stream strategy's memory cap when the caller set none.
+constexpr uint64_t kColdViewsMemory = uint64_t{256} << 20;
+
+// Asks each fact at most once (residency and the uploader are consulted by several rules).
 class Asked {
  public:
   explicit Asked(ReadFacts& f) : facts(f) {}
@@ -16,16 +34,24 @@ class Asked {
     if (!cached_) cached_ = facts.cached_fraction();
     return *cached_;
   }
+  const std::optional<UploaderFacts>& uploader() {
+    if (!uploader_asked_) uploader_ = facts.uploader(), uploader_asked_ = true;
+    return uploader_;
+  }
+  unsigned cores() {
+    if (!cores_) cores_ = std::max(1u, facts.cores());
+    return *cores_;
+  }
   ReadFacts& facts;
 
  private:
   std::optional<Result<std::optional<double>>> cached_;
+  std::optional<UploaderFacts> uploader_;
+  bool uploader_asked_ = false;
+  std::optional<unsigned> cores_;
 };
 
-// File views out of cold files: the stream strategy's memory cap when the caller set none.
-constexpr uint64_t kColdViewsMemory = uint64_t{256} << 20;
-
-// The prefetch rule over the facts; nullopt (and the reason in `p`) when a fact is missing.
+// The prefetch rule over the facts; nullopt (and the reason in `missing`) when a fact is missing.
 std::optional<AutoDecision> prefetch_rule(ReadFacts& facts, bool requested, std::string* missing) {
   std::string fstype = facts.fs_type();
   auto bytes = facts.checkpoint_bytes();
@@ -45,6 +71,10 @@ void resolve_auto(const ReadRequest& r, ReadFacts& facts, ReadPath& p) {
     // (no second copy); into a destination, parallel readers.
     p.strategy = r.dest == DestKind::kHost ? Strategy::kLazy : Strategy::kStream;
     p.file_views = r.dest == DestKind::kHost;
+    p.log.push_back(r.dest == DestKind::kHost
+                        ? "auto: lazy with file views (files still arriving: each tensor a view of the bytes "
+                          "that arrived)"
+                        : "auto: stream (files still arriving, into a destination: parallel readers)");
   } else if (r.first_file.empty()) {
     p.strategy = Strategy::kLazy;
     p.log.push_back("auto: no files; lazy");
@@ -115,7 +145,155 @@ Result<bool> stream_gds(const ReadRequest& r, ReadFacts& facts, ReadPath& p) {
   return use;
 }
 
+// Device memory needs an uploader whose ring can be had, with slots large
+// enough for aligned reads (the uploader is asked only when it is known).
+Status check_uploader(const ReadRequest& r, Asked& facts) {
+  if (r.dest != DestKind::kDevice) return Status();
+  const std::optional<UploaderFacts>& up = facts.uploader();
+  if (!up) return Status();
+  if (!up->present)
+    return Status::InvalidArgument(fmt::format("a {} destination needs an uploader", r.device.to_string()));
+  WL_RETURN_IF_ERROR(up->ready);
+  if (up->slot_bytes < 4 * kAlign)
+    return Status::InvalidArgument(fmt::format("uploader slots of {} bytes are too small", up->slot_bytes));
+  return Status();
+}
+
+// Where a stream's copies into device memory read from (without GDS or
+// O_DIRECT, not for URLs): the ring's slots, or straight out of the
+// registered page cache where the uploader can register host memory.
+Result<CopySource> copy_source(const ReadRequest& r, const StreamSetup& s, Asked& facts, ReadPath& p) {
+  if (r.dest != DestKind::kDevice || s.gds || s.direct || s.remote) return CopySource::kSlots;
+  const std::string& wish = r.h2d_source;
+  if (wish != "slot" && wish != "mapped" && wish != "auto")
+    return Status::InvalidArgument(fmt::format("WEIGHTLIFT_H2D_SOURCE='{}' (expected slot, mapped or auto)", wish));
+  const std::optional<UploaderFacts>& up = facts.uploader();
+  if (wish == "slot") return CopySource::kSlots;
+  if (!up || !up->host_registration) {
+    if (wish == "mapped")
+      p.log.push_back(
+          "stream: WEIGHTLIFT_H2D_SOURCE=mapped, but this destination cannot register host memory read-only; "
+          "staging through the pinned ring");
+    return CopySource::kSlots;
+  }
+  if (wish == "mapped") return CopySource::kMapped;
+  if (facts.cores() >= kMappedBelowCores) return CopySource::kSlots;
+  auto cached = facts.cached_fraction();  // a file that cannot be opened fails later, where it is read
+  return cached.ok() && *cached && **cached >= kMappedResidency ? CopySource::kMapped : CopySource::kSlots;
+}
+
+// Threads, read size and the memory split of one stream landing in
+// `device` (a device destination stages in its own ring) under `cap`.
+// Buffered reads out of a warm page cache are memory copies: more threads
+// than cores only contend. O_DIRECT keeps 8 reads in flight. Into device
+// memory the readers' copies into the ring's slots are what bounds a hot
+// load: one reader per core, as many as half the slots (each holds one while
+// reading, the others wait for their copies).
+StreamSetup size_stream(const ReadRequest& r, StreamSetup s, uint64_t cap, Asked& facts) {
+  const bool device = !s.device.host_accessible();
+  if (device)
+    if (const std::optional<UploaderFacts>& up = facts.uploader(); up)
+      s.slots = up->slot_count, s.slot_bytes = up->slot_bytes;
+  s.threads = r.threads > 0 ? r.threads : kDirectThreads;
+  s.read_size = r.block_size > 0 ? r.block_size : kDefaultReadSize;
+  if (r.threads == 0 && !s.direct) {
+    const int cores = static_cast<int>(facts.cores());
+    if (s.remote)
+      s.threads = kRemoteThreads;
+    else if (device && !s.gds && s.slots > 0)
+      s.threads = std::clamp(cores, 2, std::clamp(static_cast<int>(s.slots) / 2, 2, 32));
+    else
+      s.threads = std::clamp(cores, 2, 8);
+  }
+  s.max_memory = cap;
+  if (cap > 0) {
+    if (s.direct && !device) {  // staging: an aligned buffer per thread, in half the cap
+      uint64_t per = cap / 2 / static_cast<uint64_t>(s.threads);
+      while (per < (uint64_t{1} << 20) + 2 * kAlign && s.threads > 1)
+        per = cap / 2 / static_cast<uint64_t>(--s.threads);
+      s.read_size = std::min(s.read_size, per > 2 * kAlign ? per - 2 * kAlign : kAlign);
+      s.read_size = std::max<uint64_t>(s.read_size & ~(kAlign - 1), kAlign);
+      s.staging = static_cast<uint64_t>(s.threads) * (s.read_size + 2 * kAlign);
+      s.window = cap > s.staging ? cap - s.staging : 1;
+    } else {
+      s.window = cap;
+      s.read_size = std::min<uint64_t>(s.read_size, std::max<uint64_t>(s.window / 2, kAlign));
+    }
+  } else if (s.direct && !device) {
+    s.staging = static_cast<uint64_t>(s.threads) * (s.read_size + 2 * kAlign);
+  }
+  if (device && s.slot_bytes >= 4 * kAlign)  // a read fits a slot, aligned
+    s.read_size = std::min<uint64_t>(s.read_size, (s.slot_bytes - 2 * kAlign) & ~(kAlign - 1));
+  return s;
+}
+
+// The stream's setup (a distributed load's own part under half the cap, and
+// its reads of the shared stream into host memory, and the exchange block).
+Status size_the_stream(const ReadRequest& r, Asked& facts, ReadPath& p) {
+  WL_RETURN_IF_ERROR(check_uploader(r, facts));
+  StreamSetup s;
+  s.direct = p.direct;
+  s.gds = p.gds;
+  s.remote = r.source == SourceKind::kRemote;
+  s.device = r.dest == DestKind::kHost ? kCpu : r.device;
+  WL_ASSIGN_OR_RETURN(s.copy_source, copy_source(r, s, facts, p));
+  uint64_t cap = p.max_memory;
+  if (r.distributed && cap > 0) cap = std::max<uint64_t>(cap / 2, 1);
+  p.stream = size_stream(r, s, cap, facts);
+  if (!r.distributed) {
+    p.stream = fit_stream(p.stream, facts.facts.stream_bytes());
+    return Status();
+  }
+  // Distributed: the slices are read into host exchange memory, uncapped;
+  // a round's block is kReadsPerBlock reads, two exchange buffers of W
+  // blocks in half the cap.
+  StreamSetup x;
+  x.direct = p.direct;
+  x.remote = s.remote;
+  const uint64_t read = r.block_size > 0 ? r.block_size : kDefaultReadSize;
+  uint64_t block = read * kReadsPerBlock;
+  if (r.max_memory > 0)
+    block = std::min(block, std::max<uint64_t>(r.max_memory / 4 / static_cast<uint64_t>(std::max(r.world, 1)), kAlign));
+  p.exchange_block = std::max<uint64_t>(block & ~(kAlign - 1), kAlign);
+  p.exchange_reads = fit_stream(size_stream(r, x, 0, facts), p.exchange_block);
+  p.exchange_arena = r.dest == DestKind::kHost && r.collective_device.host_accessible();
+  p.scatter_threads = r.threads > 0 ? r.threads : std::clamp(static_cast<int>(facts.cores()), 2, 8);
+  return Status();
+}
+
+// The per-file strategies' sizes.
+void size_per_file(const ReadRequest& r, ReadPath& p) {
+  if (p.strategy == Strategy::kThreads) {
+    const size_t files = std::max<size_t>(r.files, 1);
+    p.workers = static_cast<int>(std::min<size_t>(r.threads > 0 ? static_cast<size_t>(r.threads) : 8, files));
+  } else if (p.strategy == Strategy::kPrefetch) {
+    p.prefetch_threads = r.threads > 0 ? r.threads : kDefaultPrefetchThreads;
+    p.prefetch_block = r.block_size > 0 ? r.block_size : kDefaultPrefetchBlockSize;
+  }
+}
+
 }  // namespace
+
+std::string_view copy_source_name(CopySource s) { return s == CopySource::kMapped ? "mapped" : "slots"; }
+
+StreamSetup fit_stream(StreamSetup s, uint64_t bytes) {
+  if (bytes > 0 && s.read_size > 0)
+    s.threads =
+        static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(s.threads), (bytes + s.read_size - 1) / s.read_size));
+  return s;
+}
+
+std::string StreamSetup::describe() const {
+  std::string ring;
+  if (!device.host_accessible() && !gds)
+    ring = copy_source == CopySource::kMapped
+               ? ", copies straight out of the page cache (registered read-only; WEIGHTLIFT_H2D_SOURCE=slot "
+                 "stages them)"
+               : fmt::format(", through {} pinned slots of {} KiB", slots, slot_bytes >> 10);
+  return fmt::format("stream: {} threads, {} KiB reads, {}, to {}{}, memory cap {}", threads, read_size >> 10,
+                     direct ? "O_DIRECT" : "buffered", device.to_string(), ring,
+                     max_memory ? fmt::format("{} MiB", max_memory >> 20) : "none");
+}
 
 Result<ReadPath> choose(const ReadRequest& r, ReadFacts& given) {
   Asked facts(given);
@@ -146,7 +324,9 @@ Result<ReadPath> choose(const ReadRequest& r, ReadFacts& given) {
   if (p.strategy == Strategy::kStream) {
     WL_ASSIGN_OR_RETURN(p.gds, stream_gds(r, given, p));
     WL_ASSIGN_OR_RETURN(p.direct, stream_direct(r, direct, facts));
+    WL_RETURN_IF_ERROR(size_the_stream(r, facts, p));
   }
+  size_per_file(r, p);
   return p;
 }
 

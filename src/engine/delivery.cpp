@@ -8,14 +8,15 @@
 
 namespace wl::engine {
 
-Delivery::Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan)
-    : Delivery(o, sink,
+Delivery::Delivery(Progress progress, bool ordered, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan)
+    : Delivery(std::move(progress), ordered, sink,
                LoadProgress{.bytes_total = plan.bytes_total,
                             .tensors_total = plan.tensors.size(),
                             .files_total = plan.files.size()}) {}
 
-Delivery::Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const LoadProgress& totals)
-    : o_(o), sink_(sink) {
+Delivery::Delivery(Progress progress, bool ordered, const std::function<Status(LoadedTensor&&)>& sink,
+                   const LoadProgress& totals)
+    : progress_(std::move(progress)), ordered_(ordered), sink_(sink) {
   p_.bytes_total = totals.bytes_total;
   p_.tensors_total = totals.tensors_total;
   p_.files_total = totals.files_total;
@@ -24,7 +25,7 @@ Delivery::Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor
 Status Delivery::deliver(const PlannedTensor& t, const std::string& file, TensorView view) {
   std::lock_guard lk(mu_);
   if (!status_.ok()) return status_;
-  if (!o_.ordered) return emit_locked(t, file, std::move(view));
+  if (!ordered_) return emit_locked(t, file, std::move(view));
   if (t.ordinal != next_ordinal_) {
     held_.emplace(t.ordinal, Held{&t, file, std::move(view)});
     return Status();
@@ -53,7 +54,7 @@ Status Delivery::emit_locked(const PlannedTensor& t, const std::string& file, Te
   }
   p_.bytes_done += t.nbytes;
   p_.tensors_done++;
-  if (o_.progress && !o_.progress(p_)) {
+  if (progress_ && !progress_(p_)) {
     stop_locked(Status::Cancelled("load cancelled by the progress callback").with_file(file));
     return status_;
   }

@@ -18,13 +18,16 @@
 namespace wl::engine {
 
 // Serializes sink and progress calls; tracks cancellation and the first error.
-// With LoadOptions::ordered, tensors that finish early wait here until every
-// tensor before them (by ordinal) has been handed over.
+// In checkpoint order (the plan's ordered()), tensors that finish early wait
+// here until every tensor before them (by ordinal) has been handed over.
 class Delivery {
  public:
-  Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan);
+  using Progress = std::function<bool(const LoadProgress&)>;
+  // `progress` may be empty; `ordered`: checkpoint order (see above).
+  Delivery(Progress progress, bool ordered, const std::function<Status(LoadedTensor&&)>& sink, const Plan& plan);
   // Progress totals given (bytes_total, tensors_total, files_total; the rest ignored).
-  Delivery(const LoadOptions& o, const std::function<Status(LoadedTensor&&)>& sink, const LoadProgress& totals);
+  Delivery(Progress progress, bool ordered, const std::function<Status(LoadedTensor&&)>& sink,
+           const LoadProgress& totals);
   // Hands one finished tensor over. Thread-safe.
   Status deliver(const PlannedTensor& t, const std::string& file, TensorView view);
   void file_done();
@@ -45,7 +48,8 @@ class Delivery {
   };
   Status emit_locked(const PlannedTensor& t, const std::string& file, TensorView view);
   void stop_locked(Status s);
-  const LoadOptions& o_;
+  const Progress progress_;
+  const bool ordered_;
   const std::function<Status(LoadedTensor&&)>& sink_;
   mutable std::mutex mu_;
   LoadProgress p_;

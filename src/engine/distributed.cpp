@@ -1,9 +1,10 @@
-// The distributed runner: W ranks read the checkpoint once in total (the rank
+// A distributed load: W ranks read the checkpoint once in total (the rank
 // plan, rank_plan.h) and exchange the shared bytes over the caller's
 // Collective. The protocol, the same on every rank:
-//   1. hello      every rank plans the load and all-gathers a small message:
-//                 its status, a digest of every file's header, its shard rules,
-//                 its experts and its block size. Any rank's failure, or headers
+//   1. hello      (plan_load) every rank plans the load, its read path
+//                 included, and all-gathers a small message: its status, a
+//                 digest of every file's header, its shard rules, its experts
+//                 and its exchange block wish. Any rank's failure, or headers
 //                 or rules that disagree, fail every rank here, before any
 //                 byte is exchanged.
 //   2. own        a background thread reads this rank's own tensors (its
@@ -28,6 +29,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/load_plan.h"
 #include "engine/rank_plan.h"
 #include "engine/read_facts.h"
 #include "engine/strategies.h"
@@ -41,8 +43,6 @@ using Sink = std::function<Status(LoadedTensor&&)>;
 
 constexpr uint64_t kTrailer = 64;  // after each block: a failure flag
 constexpr uint64_t kAlign = 4096;
-constexpr uint64_t kDefaultReadSize = uint64_t{8} << 20;
-constexpr int kReadsPerBlock = 4;  // a block is read as this many stream chunks
 
 std::string status_text(const Status& s) {
   return nlohmann::json{{"code", static_cast<int>(s.code())}, {"message", s.to_string()}}.dump();
@@ -146,126 +146,46 @@ class Task {
   Status status_;
 };
 
-class Runner {
- public:
-  Runner(const std::vector<std::string>& files, const LoadOptions& o, const Sink& sink)
-      : files_(files), o_(o), sink_(sink), c_(*o.collective), world_(c_.world_size()), me_(c_.rank()),
-        dest_(o.destination ? *o.destination : default_destination()) {}
+// ---- planning: the hello, the agreement, the rank plan ------------------------------------
 
-  Result<LoadStats> run();
+// A collective call failed while planning: the group is unusable.
+Status broken(Collective& c, Status s) {
+  c.abort(s);
+  return s;
+}
 
- private:
-  Status hello();
-  Status setup_exchange();
-  Status exchange();
-  Status exchange_in_arena();
-  Status flagged(const Status& local);
-  Status goodbye(Status mine);
-  Status read_slice(uint64_t a, uint64_t b, std::byte* into);
-  Status scatter(uint64_t round, const std::byte* x, uint64_t slot);
-  // A collective call failed: the group is unusable.
-  Status broken(Status s) {
-    if (d_) d_->fail(s);
-    c_.abort(s);
-    return s;
-  }
-  Result<std::vector<std::string>> gather_strings(const std::string& mine) {
-    auto r = c_.all_gather_strings(mine);
-    if (!r.ok()) return broken(r.status());
-    if (r->size() != static_cast<size_t>(world_))
-      return broken(
-          Status::Internal(fmt::format("all_gather_strings returned {} strings for {} ranks", r->size(), world_)));
-    return r;
-  }
+Result<std::vector<std::string>> gather_strings(Collective& c, const std::string& mine) {
+  auto r = c.all_gather_strings(mine);
+  if (!r.ok()) return broken(c, r.status());
+  if (r->size() != static_cast<size_t>(c.world_size()))
+    return broken(c, Status::Internal(fmt::format("all_gather_strings returned {} strings for {} ranks", r->size(),
+                                                  c.world_size())));
+  return r;
+}
 
-  const std::vector<std::string>& files_;
-  const LoadOptions& o_;
-  const Sink& sink_;
-  Collective& c_;
-  const int world_, me_;
-  Destination& dest_;
-
-  LoadOptions po_;  // the plan's options: every tensor, this rank's shards
-  LoadOptions ro_;  // the reads' options
-  ReadPath path_;   // the reads' path (the stream strategy; O_DIRECT decided once for both parts)
-  Plan plan_;
-  std::vector<size_t> order_;                              // rank-plan index -> plan tensor index
-  std::vector<std::optional<std::set<int64_t>>> experts_;  // per rank
-  uint64_t block_ = 0;
-  RankPlan rp_;
-  std::unique_ptr<Delivery> d_;
-  bool direct_ = false;
-  bool arena_ = false;                 // every rank receives straight into its arena
-  std::shared_ptr<Buffer> arena_buf_;  // the shared stream, laid out as it is
-  int scatter_threads_ = 1;
-  std::atomic<uint64_t> bytes_read_{0};
-
-  // The exchange.
-  uint64_t slot_ = 0;
-  std::vector<Buffer> host_;             // host collectives: 2 exchange buffers; device: 2 read buffers
-  std::shared_ptr<std::byte> device_x_;  // device collectives: the exchange buffer
-  std::vector<char> want_;               // by rank-plan index: this rank keeps it
-  struct Received {
-    Region region;
-    uint64_t remaining = 0;
-    bool placed = false;
-  };
-  std::vector<Received> recv_;  // by rank-plan index
-};
-
-Status Runner::hello() {
-  if (world_ < 1 || me_ < 0 || me_ >= world_)
-    return Status::InvalidArgument(fmt::format("collective rank {} is outside [0, {})", me_, world_));
-  Hello mine;
-  po_ = o_;
-  po_.local_experts.reset();
-  po_.collective = nullptr;
-  Status local;
-  if (o_.tp_size != 1 && (o_.tp_size != world_ || o_.tp_rank != me_))
-    local = Status::InvalidArgument(fmt::format(
+// This rank's part: the plan (every tensor, this rank's shards) and its read
+// path (choose(), the one decision: the exchange block wish included).
+Status plan_mine(const std::vector<std::string>& files, const LoadOptions& o, int world, int me, LoadPlan::Body& b) {
+  if (o.tp_size != 1 && (o.tp_size != world || o.tp_rank != me))
+    return Status::InvalidArgument(fmt::format(
         "distributed loading shards by rank: tensor-parallel rank {} of {} must be the collective's rank {} of {}",
-        o_.tp_rank, o_.tp_size, me_, world_));
-  if (!o_.shard_rules.empty()) po_.tp_rank = me_, po_.tp_size = world_;
-  if (local.ok()) {
-    auto p = make_plan(files_, po_);
-    if (p.ok())
-      plan_ = std::move(*p);
-    else
-      local = p.status();
-  }
-  if (local.ok()) {
-    for (const PlanFile& pf : plan_.files) {
-      mine.digests.push_back(pf.digest);
-      mine.names.push_back(base_name(pf.path));
-    }
-  }
-  mine.status = local;
-  mine.rules = rules_text(o_.shard_rules);
-  if (o_.local_experts) mine.experts = std::vector<int64_t>(o_.local_experts->begin(), o_.local_experts->end());
-  uint64_t read = o_.block_size > 0 ? o_.block_size : kDefaultReadSize;
-  mine.block = read * kReadsPerBlock;
-  if (o_.max_memory > 0)  // two exchange buffers of W blocks in half the cap
-    mine.block = std::min(mine.block, std::max<uint64_t>(o_.max_memory / 4 / static_cast<uint64_t>(world_), kAlign));
-  mine.block = std::max<uint64_t>(mine.block & ~(kAlign - 1), kAlign);
-  mine.arena = o_.destination == nullptr && c_.device().host_accessible();
+        o.tp_rank, o.tp_size, me, world));
+  LoadOptions po = o;  // every tensor (the experts are filtered by rank later), this rank's shards
+  po.local_experts.reset();
+  po.collective = nullptr;
+  if (!o.shard_rules.empty()) po.tp_rank = me, po.tp_size = world;
+  WL_ASSIGN_OR_RETURN(b.plan, make_plan(files, po));
+  WL_ASSIGN_OR_RETURN(b.path, decide(files, o, b.plan));
+  return Status();
+}
 
-  WL_ASSIGN_OR_RETURN(auto texts, gather_strings(encode(mine)));
-  std::vector<Hello> all;
-  for (int k = 0; k < world_; ++k) {
-    if (k == me_) {
-      all.push_back(mine);
-      continue;
-    }
-    auto h = decode(texts[static_cast<size_t>(k)], k);
-    if (!h.ok()) return h.status();  // every rank reads the same texts: all fail alike
-    all.push_back(std::move(*h));
-  }
-  if (!local.ok()) return local;
-  for (int k = 0; k < world_; ++k)
+// Every rank's hello; the first disagreement or failure as this rank reports it.
+Status agree(const std::vector<Hello>& all, int world) {
+  for (int k = 0; k < world; ++k)
     if (!all[static_cast<size_t>(k)].status.ok())
-      return peer_failure(k, world_, all[static_cast<size_t>(k)].status, "before the exchange");
+      return peer_failure(k, world, all[static_cast<size_t>(k)].status, "before the exchange");
   const Hello& ref = all[0];
-  for (int k = 1; k < world_; ++k) {
+  for (int k = 1; k < world; ++k) {
     const Hello& h = all[static_cast<size_t>(k)];
     if (h.digests.size() != ref.digests.size()) {
       // Name a file one side has and the other lacks.
@@ -290,96 +210,185 @@ Status Runner::hello() {
       return Status::Aborted(
           fmt::format("ranks disagree on the shard rules: rank {} has '{}', rank 0 has '{}'", k, h.rules, ref.rules));
   }
-  block_ = ref.block;
-  arena_ = true;
-  experts_.clear();
-  for (const Hello& h : all) {
-    block_ = std::min(block_, h.block);
-    arena_ = arena_ && h.arena;
-    if (h.experts)
-      experts_.emplace_back(std::set<int64_t>(h.experts->begin(), h.experts->end()));
-    else
-      experts_.emplace_back(std::nullopt);
-  }
   return Status();
 }
 
-Result<LoadStats> Runner::run() {
-  auto t0 = std::chrono::steady_clock::now();
-  WL_RETURN_IF_ERROR(hello());
-
-  // The rank plan: the same on every rank (same headers, same hellos).
+// The rank plan (the same on every rank: same headers, same hellos), what
+// this rank hands over, and its own tensors as a plan of their own.
+Status plan_exchange(const LoadPlan::Body& b, Exchange& x) {
   RankPlanInput in;
-  in.world = world_;
-  in.rank = me_;
-  in.block = block_;
-  in.wants.assign(static_cast<size_t>(world_), {});
-  for (const PlanFile& pf : plan_.files)
-    for (size_t ti : pf.tensors) order_.push_back(ti);
-  for (size_t ti : order_) {
-    const PlannedTensor& t = plan_.tensors[ti];
+  in.world = x.world;
+  in.rank = x.me;
+  in.block = x.block;
+  in.wants.assign(static_cast<size_t>(x.world), {});
+  for (const PlanFile& pf : b.plan.files)
+    for (size_t ti : pf.tensors) x.order.push_back(ti);
+  for (size_t ti : x.order) {
+    const PlannedTensor& t = b.plan.tensors[ti];
     in.tensors.push_back({static_cast<uint32_t>(t.file), t.file_offset, t.full_nbytes, t.shard.has_value(), t.nbytes});
-    for (int k = 0; k < world_; ++k)
-      in.wants[static_cast<size_t>(k)].push_back(!should_skip_weight(t.name, experts_[static_cast<size_t>(k)]));
+    for (int k = 0; k < x.world; ++k)
+      in.wants[static_cast<size_t>(k)].push_back(!should_skip_weight(t.name, x.experts[static_cast<size_t>(k)]));
   }
   // Every rank computes the same plan from the same inputs, so a failure here is everyone's.
-  WL_ASSIGN_OR_RETURN(rp_, make_rank_plan(in));
-  want_ = in.wants[static_cast<size_t>(me_)];
-
-  LoadStats stats;
-  stats.strategy = Strategy::kStream;
-  LoadProgress totals;
-  totals.files_total = plan_.files.size();
-  for (size_t i = 0; i < order_.size(); ++i) {
-    if (!want_[i]) {
-      stats.skipped_tensors++;
+  WL_ASSIGN_OR_RETURN(x.rp, make_rank_plan(in));
+  x.want = in.wants[static_cast<size_t>(x.me)];
+  x.totals.files_total = b.plan.files.size();
+  for (size_t i = 0; i < x.order.size(); ++i) {
+    if (!x.want[i]) {
+      x.skipped++;
       continue;
     }
-    totals.tensors_total++;
-    totals.bytes_total += plan_.tensors[order_[i]].nbytes;
+    x.totals.tensors_total++;
+    x.totals.bytes_total += b.plan.tensors[x.order[i]].nbytes;
   }
-  d_ = std::make_unique<Delivery>(o_, sink_, totals);
-  if (o_.log)
-    o_.log(fmt::format("distributed: rank {} of {} reads {} own + {} shared bytes (of {} shared), {} rounds of {} KiB",
-                       me_, world_, rp_.own_bytes[static_cast<size_t>(me_)],
-                       rp_.cut[static_cast<size_t>(me_) + 1] - rp_.cut[static_cast<size_t>(me_)], rp_.shared_bytes,
-                       rp_.rounds, rp_.block >> 10));
+  // This rank's own tensors: streamed into the destination, in half the cap.
+  auto own = std::make_unique<LoadPlan::Body>();
+  for (const PlanFile& pf : b.plan.files) own->plan.files.push_back({pf.path, pf.version, pf.digest, nullptr, {}});
+  for (uint32_t i : x.rp.own) {
+    PlannedTensor t = b.plan.tensors[x.order[i]];
+    own->plan.files[t.file].tensors.push_back(own->plan.tensors.size());
+    own->plan.bytes_total += t.nbytes;
+    own->plan.tensors.push_back(std::move(t));
+  }
+  own->path = b.path;
+  own->path.stream = fit_stream(b.path.stream, x.rp.own_bytes[static_cast<size_t>(x.me)]);
+  own->env = b.env, own->system = b.system, own->destination = b.destination, own->log = b.log;
+  x.own = LoadPlan(std::move(own));
+  return Status();
+}
 
-  // Reads: the stream strategy, its path chosen once for both parts.
-  ro_ = o_;
-  ro_.collective = nullptr;
-  Status local;
-  PlanFacts facts(plan_, files_, o_, &dest_);
-  auto path = choose(read_request(files_, o_), facts);
-  if (path.ok()) {
-    path_ = std::move(*path);
-    direct_ = path_.direct;
-    if (o_.log)
-      for (const auto& line : path_.log) o_.log(line);
-  } else {
-    local = path.status();
+}  // namespace
+
+Status plan_distributed(const std::vector<std::string>& files, const LoadOptions& o, LoadPlan::Body& b) {
+  Collective& c = *o.collective;
+  const int world = c.world_size(), me = c.rank();
+  if (world < 1 || me < 0 || me >= world)
+    return Status::InvalidArgument(fmt::format("collective rank {} is outside [0, {})", me, world));
+  Hello mine;
+  Status local = plan_mine(files, o, world, me, b);
+  if (local.ok()) {
+    for (const PlanFile& pf : b.plan.files) {
+      mine.digests.push_back(pf.digest);
+      mine.names.push_back(base_name(pf.path));
+    }
   }
-  if (local.ok()) local = setup_exchange();
-  scatter_threads_ =
-      o_.threads > 0 ? o_.threads : std::clamp(static_cast<int>(std::thread::hardware_concurrency()), 2, 8);
-  stats.direct_io = direct_;
+  mine.status = local;
+  mine.rules = rules_text(o.shard_rules);
+  if (o.local_experts) mine.experts = std::vector<int64_t>(o.local_experts->begin(), o.local_experts->end());
+  mine.block = b.path.exchange_block;
+  mine.arena = b.path.exchange_arena;
+
+  WL_ASSIGN_OR_RETURN(auto texts, gather_strings(c, encode(mine)));
+  std::vector<Hello> all;
+  for (int k = 0; k < world; ++k) {
+    if (k == me) {
+      all.push_back(mine);
+      continue;
+    }
+    auto h = decode(texts[static_cast<size_t>(k)], k);
+    if (!h.ok()) return h.status();  // every rank reads the same texts: all fail alike
+    all.push_back(std::move(*h));
+  }
+  if (!local.ok()) return local;
+  WL_RETURN_IF_ERROR(agree(all, world));
+  auto x = std::make_unique<Exchange>();
+  x->world = world, x->me = me;
+  x->block = all[0].block;
+  x->arena = true;
+  for (const Hello& h : all) {
+    x->block = std::min(x->block, h.block);
+    x->arena = x->arena && h.arena;
+    if (h.experts)
+      x->experts.emplace_back(std::set<int64_t>(h.experts->begin(), h.experts->end()));
+    else
+      x->experts.emplace_back(std::nullopt);
+  }
+  b.path.exchange_block = x->block;
+  b.path.exchange_arena = x->arena;
+  WL_RETURN_IF_ERROR(plan_exchange(b, *x));
+  const RankPlan& rp = x->rp;
+  b.lines.push_back(fmt::format(
+      "distributed: rank {} of {} reads {} own + {} shared bytes (of {} shared), {} rounds of {} KiB", me, world,
+      rp.own_bytes[static_cast<size_t>(me)], rp.cut[static_cast<size_t>(me) + 1] - rp.cut[static_cast<size_t>(me)],
+      rp.shared_bytes, rp.rounds, rp.block >> 10));
+  b.lines.insert(b.lines.end(), b.path.log.begin(), b.path.log.end());
+  b.lines.push_back(x->own.path().stream.describe());
+  b.exchange = std::move(x);
+  return Status();
+}
+
+namespace {
+
+// ---- the exchange: this rank's own tensors, the rounds, the goodbye ---------------------------
+
+class Runner {
+ public:
+  Runner(const LoadPlan& plan, const Sink& sink)
+      : plan_(plan), b_(plan.body()), x_(*b_.exchange), sink_(sink), c_(*b_.collective), world_(x_.world), me_(x_.me),
+        dest_(destination_of(b_)) {}
+
+  Result<LoadStats> run();
+
+ private:
+  Status setup_exchange();
+  Status exchange();
+  Status exchange_in_arena();
+  Status flagged(const Status& local);
+  Status goodbye(Status mine);
+  Status read_slice(uint64_t a, uint64_t b, std::byte* into);
+  Status scatter(uint64_t round, const std::byte* x, uint64_t slot);
+  // A collective call failed: the group is unusable.
+  Status broken(Status s) {
+    if (d_) d_->fail(s);
+    c_.abort(s);
+    return s;
+  }
+  Result<std::vector<std::string>> gather_strings(const std::string& mine) {
+    auto r = c_.all_gather_strings(mine);
+    if (!r.ok()) return broken(r.status());
+    if (r->size() != static_cast<size_t>(world_))
+      return broken(
+          Status::Internal(fmt::format("all_gather_strings returned {} strings for {} ranks", r->size(), world_)));
+    return r;
+  }
+
+  const LoadPlan& plan_;
+  const LoadPlan::Body& b_;
+  const Exchange& x_;
+  const Sink& sink_;
+  Collective& c_;
+  const int world_, me_;
+  Destination& dest_;
+  std::unique_ptr<Delivery> d_;
+  std::shared_ptr<Buffer> arena_buf_;  // the shared stream, laid out as it is
+  std::atomic<uint64_t> bytes_read_{0};
+
+  // The exchange.
+  uint64_t slot_ = 0;
+  std::vector<Buffer> host_;             // host collectives: 2 exchange buffers; device: 2 read buffers
+  std::shared_ptr<std::byte> device_x_;  // device collectives: the exchange buffer
+  struct Received {
+    Region region;
+    uint64_t remaining = 0;
+    bool placed = false;
+  };
+  std::vector<Received> recv_;  // by rank-plan index
+};
+
+Result<LoadStats> Runner::run() {
+  LoadStats stats;
+  stats.strategy = Strategy::kStream;
+  stats.skipped_tensors = x_.skipped;
+  stats.direct_io = b_.path.direct;
+  d_ = std::make_unique<Delivery>(b_.progress, b_.ordered, sink_, x_.totals);
+  Status local = setup_exchange();
 
   // 2. This rank's own tensors, in the background.
-  Plan own;
-  for (const PlanFile& pf : plan_.files) own.files.push_back({pf.path, pf.version, pf.digest, nullptr, {}});
-  for (uint32_t i : rp_.own) {
-    PlannedTensor t = plan_.tensors[order_[i]];
-    own.files[t.file].tensors.push_back(own.tensors.size());
-    own.bytes_total += t.nbytes;
-    own.tensors.push_back(std::move(t));
-  }
-  ReadPath own_path = path_;
-  if (o_.max_memory > 0) own_path.max_memory = std::max<uint64_t>(o_.max_memory / 2, 1);
   LoadStats own_stats;
   Task own_task;
-  if (local.ok() && !own.tensors.empty())
+  if (local.ok() && x_.own.tensor_count() > 0)
     own_task.start([&]() -> Status {
-      Status s = run_stream(own, ro_, own_path, dest_, *d_, own_stats);
+      Status s = run_stream(x_.own, *d_, own_stats);
       if (!s.ok()) d_->fail(s);
       return s;
     });
@@ -395,27 +404,27 @@ Result<LoadStats> Runner::run() {
   if (mine.ok()) mine = own_status;
   WL_RETURN_IF_ERROR(goodbye(mine));
 
+  const RankPlan& rp = x_.rp;
   stats.tensors = d_->tensors();
   stats.bytes = d_->bytes();
   stats.bytes_read = own_stats.bytes_read + bytes_read_.load();
-  if (arena_) {
-    const uint64_t my_slice = rp_.cut[static_cast<size_t>(me_) + 1] - rp_.cut[static_cast<size_t>(me_)];
-    stats.bytes_exchanged = rp_.shared_bytes - my_slice;
+  if (x_.arena) {
+    const uint64_t my_slice = rp.cut[static_cast<size_t>(me_) + 1] - rp.cut[static_cast<size_t>(me_)];
+    stats.bytes_exchanged = rp.shared_bytes - my_slice;
   } else {
-    for (uint64_t i = 0; i < rp_.rounds; ++i)
-      stats.bytes_exchanged += static_cast<uint64_t>(world_ - 1) * (rp_.round_block(i) + kTrailer);
+    for (uint64_t i = 0; i < rp.rounds; ++i)
+      stats.bytes_exchanged += static_cast<uint64_t>(world_ - 1) * (rp.round_block(i) + kTrailer);
   }
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return stats;
 }
 
 Status Runner::setup_exchange() {
-  slot_ = rp_.block + kTrailer;
-  recv_.assign(order_.size(), {});
-  for (uint32_t i : rp_.received) recv_[i].remaining = plan_.tensors[order_[i]].nbytes;
-  if (rp_.rounds == 0) return Status();
-  if (arena_) {
-    WL_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(static_cast<size_t>(rp_.shared_bytes), kAlign));
+  slot_ = x_.rp.block + kTrailer;
+  recv_.assign(x_.order.size(), {});
+  for (uint32_t i : x_.rp.received) recv_[i].remaining = b_.plan.tensors[x_.order[i]].nbytes;
+  if (x_.rp.rounds == 0) return Status();
+  if (x_.arena) {
+    WL_ASSIGN_OR_RETURN(Buffer b, Buffer::allocate(static_cast<size_t>(x_.rp.shared_bytes), kAlign));
     arena_buf_ = std::make_shared<Buffer>(std::move(b));
     return Status();
   }
@@ -434,20 +443,20 @@ Status Runner::setup_exchange() {
 // Shared-stream bytes [a, b) into `into` through the stream strategy: each
 // file run is a pseudo-tensor of bytes whose memory is the buffer.
 Status Runner::read_slice(uint64_t a, uint64_t b, std::byte* into) {
-  std::vector<ReadPiece> pieces = read_pieces(rp_, a, b);
+  std::vector<ReadPiece> pieces = read_pieces(x_.rp, a, b);
   if (pieces.empty()) return Status();
   Plan p;
-  std::vector<int64_t> file_map(plan_.files.size(), -1);
+  std::vector<int64_t> file_map(b_.plan.files.size(), -1);
   for (size_t i = 0; i < pieces.size(); ++i) {
     const ReadPiece& r = pieces[i];
     if (file_map[r.file] < 0) {
-      const PlanFile& pf = plan_.files[r.file];
+      const PlanFile& pf = b_.plan.files[r.file];
       file_map[r.file] = static_cast<int64_t>(p.files.size());
       p.files.push_back({pf.path, pf.version, pf.digest, nullptr, {}});
     }
     PlannedTensor t;
     t.file = static_cast<size_t>(file_map[r.file]);
-    t.name = plan_.tensors[order_[r.tensor]].name;
+    t.name = b_.plan.tensors[x_.order[r.tensor]].name;
     t.shape = t.full_shape = {static_cast<int64_t>(r.len)};
     t.nbytes = t.full_nbytes = r.len;
     t.file_offset = r.file_off;
@@ -460,17 +469,22 @@ Status Runner::read_slice(uint64_t a, uint64_t b, std::byte* into) {
     const ReadPiece& r = pieces[req.ordinal];
     return Region{into + r.buf_off, r.len, kCpu, nullptr};
   });
+  // The slice as a plan of its own: the plan's reads of the shared stream
+  // (into host memory, uncapped), fitted to the slice's bytes; no progress,
+  // no log (the tensors count once they are exchanged).
+  auto slice = std::make_unique<LoadPlan::Body>();
+  slice->plan = std::move(p);
+  slice->path = b_.path;
+  slice->path.max_memory = 0;
+  slice->path.gds = false;
+  slice->path.stream = fit_stream(b_.path.exchange_reads, b - a);
+  slice->env = b_.env, slice->system = b_.system, slice->destination = dest.get();
+  slice->ordered = b_.ordered;
+  const LoadPlan plan(std::move(slice));
   const Sink none = [](LoadedTensor&&) { return Status(); };
-  LoadOptions ro = ro_;
-  ro.progress = nullptr;
-  ro.log = nullptr;
-  ro.max_memory = 0;
-  ro.destination = dest.get();
-  ReadPath path = path_;
-  path.max_memory = 0;
-  Delivery d(ro, none, p);
+  Delivery d(nullptr, plan.ordered(), none, plan.body().plan);
   LoadStats st;
-  Status s = run_stream(p, ro, path, *dest, d, st);
+  Status s = run_stream(plan, d, st);
   if (s.ok()) s = d.status();
   bytes_read_ += st.bytes_read;
   return s;
@@ -489,17 +503,17 @@ Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
   };
   std::vector<Copy> copies;
   for (int k = 0; k < world_; ++k) {
-    auto [a, b] = rp_.slice(k, round);
+    auto [a, b] = x_.rp.slice(k, round);
     const std::byte* base = x + static_cast<uint64_t>(k) * slot;
-    for (size_t e = first_extent(rp_, a); e < rp_.shared.size() && rp_.shared[e].pos < b; ++e) {
-      const SharedExtent& ext = rp_.shared[e];
-      if (!want_[ext.tensor]) continue;
+    for (size_t e = first_extent(x_.rp, a); e < x_.rp.shared.size() && x_.rp.shared[e].pos < b; ++e) {
+      const SharedExtent& ext = x_.rp.shared[e];
+      if (!x_.want[ext.tensor]) continue;
       const uint64_t s = std::max(a, ext.pos), t = std::min(b, ext.pos + ext.len);
       if (s >= t) continue;
       Received& r = recv_[ext.tensor];
       if (!r.placed) {
-        const PlannedTensor& pt = plan_.tensors[order_[ext.tensor]];
-        WL_ASSIGN_OR_RETURN(r.region, place(pt, dest_), .file = plan_.files[pt.file].path);
+        const PlannedTensor& pt = b_.plan.tensors[x_.order[ext.tensor]];
+        WL_ASSIGN_OR_RETURN(r.region, place(pt, dest_), .file = b_.plan.files[pt.file].path);
         r.placed = true;
       }
       copies.push_back({ext.tensor, ext.dst_off + (s - ext.pos), base + (s - a), t - s});
@@ -510,8 +524,8 @@ Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
     Status st = c_.device().host_accessible() ? write_region(dest_, reg, cp.dst_off, std::span(cp.src, cp.len))
                                               : c_.copy(reg.data + cp.dst_off, reg.device, cp.src, c_.device(), cp.len);
     if (!st.ok()) {
-      const PlannedTensor& pt = plan_.tensors[order_[cp.tensor]];
-      return std::move(st).with_tensor(pt.name).with_file(plan_.files[pt.file].path);
+      const PlannedTensor& pt = b_.plan.tensors[x_.order[cp.tensor]];
+      return std::move(st).with_tensor(pt.name).with_file(b_.plan.files[pt.file].path);
     }
     return Status();
   };
@@ -523,7 +537,7 @@ Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
     for (const Copy& cp : copies)
       for (uint64_t o = 0; o < cp.len; o += kPiece)
         pieces.push_back({cp.tensor, cp.dst_off + o, cp.src + o, std::min(kPiece, cp.len - o)});
-    const size_t n = std::min<size_t>(pieces.size(), static_cast<size_t>(scatter_threads_));
+    const size_t n = std::min<size_t>(pieces.size(), static_cast<size_t>(b_.path.scatter_threads));
     std::atomic<size_t> next{0};
     std::mutex mu;
     Status first;
@@ -547,8 +561,8 @@ Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
     Received& r = recv_[cp.tensor];
     r.remaining -= cp.len;
     if (r.remaining > 0) continue;
-    const PlannedTensor& pt = plan_.tensors[order_[cp.tensor]];
-    Status st = d_->deliver(pt, plan_.files[pt.file].path, view_of(pt, r.region));
+    const PlannedTensor& pt = b_.plan.tensors[x_.order[cp.tensor]];
+    Status st = d_->deliver(pt, b_.plan.files[pt.file].path, view_of(pt, r.region));
     r.region.owner.reset();  // the delivered view holds it now
     WL_RETURN_IF_ERROR(st);
   }
@@ -576,24 +590,24 @@ Status Runner::exchange_in_arena() {
   // another process copying into unmapped memory is several times slower.
   auto start_read = [&](uint64_t round) {
     reader.start([this, round, base] {
-      auto [a, b] = rp_.slice(me_, round);
+      auto [a, b] = x_.rp.slice(me_, round);
       Status s = read_slice(a, b, base + a);
       for (int k = 0; k < world_; ++k) {
-        auto [ka, kb] = rp_.slice(k, round);
+        auto [ka, kb] = x_.rp.slice(k, round);
         if (k != me_ && kb > ka) arena_buf_->prefault(static_cast<size_t>(ka), static_cast<size_t>(kb - ka));
       }
       return s;
     });
   };
-  if (rp_.rounds > 0 && local.ok()) start_read(0);
+  if (x_.rp.rounds > 0 && local.ok()) start_read(0);
   std::vector<uint64_t> flags(static_cast<size_t>(world_));
-  for (uint64_t i = 0; i < rp_.rounds; ++i) {
+  for (uint64_t i = 0; i < x_.rp.rounds; ++i) {
     Status r = reader.join();
     if (local.ok()) local = r;
     if (local.ok()) local = d_->status();
     flags.assign(flags.size(), 0);
     flags[static_cast<size_t>(me_)] = local.ok() ? 0 : 1;
-    if (local.ok() && i + 1 < rp_.rounds) start_read(i + 1);  // disjoint from this round's slices
+    if (local.ok() && i + 1 < x_.rp.rounds) start_read(i + 1);  // disjoint from this round's slices
     Status g = c_.all_gather(reinterpret_cast<std::byte*>(flags.data()), sizeof(uint64_t));
     if (!g.ok()) {
       d_->fail(g);
@@ -605,7 +619,7 @@ Status Runner::exchange_in_arena() {
       return flagged(local);
     }
     for (int k = 0; k < world_; ++k) {
-      auto [a, b] = rp_.slice(k, i);
+      auto [a, b] = x_.rp.slice(k, i);
       if (a == b) continue;  // every rank knows every slice: all skip alike
       g = c_.broadcast(base + a, b - a, k);
       if (!g.ok()) {
@@ -616,16 +630,16 @@ Status Runner::exchange_in_arena() {
     }
     if (!local.ok()) continue;
     for (int k = 0; k < world_ && local.ok(); ++k) {
-      auto [a, b] = rp_.slice(k, i);
-      for (size_t e = first_extent(rp_, a); e < rp_.shared.size() && rp_.shared[e].pos < b && local.ok(); ++e) {
-        const SharedExtent& ext = rp_.shared[e];
-        if (!want_[ext.tensor]) continue;
+      auto [a, b] = x_.rp.slice(k, i);
+      for (size_t e = first_extent(x_.rp, a); e < x_.rp.shared.size() && x_.rp.shared[e].pos < b && local.ok(); ++e) {
+        const SharedExtent& ext = x_.rp.shared[e];
+        if (!x_.want[ext.tensor]) continue;
         Received& rc = recv_[ext.tensor];
         rc.remaining -= std::min(b, ext.pos + ext.len) - std::max(a, ext.pos);
         if (rc.remaining > 0) continue;
-        const PlannedTensor& pt = plan_.tensors[order_[ext.tensor]];
+        const PlannedTensor& pt = b_.plan.tensors[x_.order[ext.tensor]];
         const std::byte* data = base + ext.pos - ext.dst_off;  // a shared tensor is one extent
-        local = d_->deliver(pt, plan_.files[pt.file].path,
+        local = d_->deliver(pt, b_.plan.files[pt.file].path,
                             TensorView(pt.dtype, pt.shape, std::span(data, pt.nbytes), arena_buf_));
       }
     }
@@ -636,11 +650,11 @@ Status Runner::exchange_in_arena() {
 }
 
 Status Runner::exchange() {
-  if (arena_) return exchange_in_arena();
+  if (x_.arena) return exchange_in_arena();
   const bool device = !c_.device().host_accessible();
   const uint64_t w = static_cast<uint64_t>(world_), me = static_cast<uint64_t>(me_);
   // Round i: W slots of its block + a trailer, in buffer i % 2; where this rank's block is read to.
-  auto slot = [&](uint64_t i) { return rp_.round_block(i) + kTrailer; };
+  auto slot = [&](uint64_t i) { return x_.rp.round_block(i) + kTrailer; };
   auto target = [&](uint64_t i) {
     std::byte* b = host_[static_cast<size_t>(i % 2)].data();
     return device ? b : b + me * slot(i);
@@ -649,14 +663,14 @@ Status Runner::exchange() {
   Task reader;
   auto start_read = [&](uint64_t round) {
     reader.start([this, round, into = target(round)] {
-      auto [a, b] = rp_.slice(me_, round);
+      auto [a, b] = x_.rp.slice(me_, round);
       return read_slice(a, b, into);
     });
   };
-  if (rp_.rounds > 0 && local.ok()) start_read(0);
+  if (x_.rp.rounds > 0 && local.ok()) start_read(0);
   std::vector<uint64_t> flags(static_cast<size_t>(world_));
-  for (uint64_t i = 0; i < rp_.rounds; ++i) {
-    const uint64_t blk = rp_.round_block(i), sl = blk + kTrailer;
+  for (uint64_t i = 0; i < x_.rp.rounds; ++i) {
+    const uint64_t blk = x_.rp.round_block(i), sl = blk + kTrailer;
     Status r = reader.join();
     if (local.ok()) local = r;
     if (local.ok()) local = d_->status();  // the sink, the progress callback or the own reads failed
@@ -667,7 +681,7 @@ Status Runner::exchange() {
       Status s = c_.copy(x + me * sl, c_.device(), target(i), kCpu, sl);
       if (!s.ok()) return broken(s);
     }
-    if (local.ok() && i + 1 < rp_.rounds) start_read(i + 1);
+    if (local.ok() && i + 1 < x_.rp.rounds) start_read(i + 1);
     Status g = c_.all_gather(x, sl);
     if (!g.ok()) {
       d_->fail(g);
@@ -705,8 +719,8 @@ Status Runner::goodbye(Status mine) {
 
 }  // namespace
 
-Result<LoadStats> run_distributed(const std::vector<std::string>& files, const LoadOptions& o, const Sink& sink) {
-  Runner r(files, o, sink);
+Result<LoadStats> run_distributed(const LoadPlan& plan, const Sink& sink) {
+  Runner r(plan, sink);
   return r.run();
 }
 

@@ -112,7 +112,7 @@ Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions&
   return plan;
 }
 
-Result<CheckpointReader*> reader_of(PlanFile& pf, Env* env) {
+Result<CheckpointReader*> reader_of(const PlanFile& pf, Env* env) {
   if (!pf.reader) {
     PinnedVersionEnv pinned(env, pf.path, pf.version);
     WL_ASSIGN_OR_RETURN(pf.reader, open_checkpoint(pf.path, &pinned));

@@ -40,8 +40,10 @@ struct PlanFile {
   // SHA-256 of the header's tensor table (names, dtypes, shapes, sizes,
   // offsets): equal on every rank that opened the same checkpoint.
   std::string digest;
-  std::unique_ptr<CheckpointReader> reader;  // may be null: see reader_of()
-  std::vector<size_t> tensors;               // indices into Plan::tensors, in file-offset order
+  // The open reader, a cache (may be null: see reader_of()); a runner closes
+  // it when its file is done, through a const plan.
+  mutable std::unique_ptr<CheckpointReader> reader;
+  std::vector<size_t> tensors;  // indices into Plan::tensors, in file-offset order
 };
 
 struct Plan {
@@ -52,8 +54,9 @@ struct Plan {
 };
 
 Result<Plan> make_plan(const std::vector<std::string>& files, const LoadOptions& o);
-// The file's reader, reopened (same version, else kAborted) when it was closed after planning.
-Result<CheckpointReader*> reader_of(PlanFile& pf, Env* env);
+// The file's reader, reopened (same version, else kAborted) when it was
+// closed after planning. One thread at a time per file.
+Result<CheckpointReader*> reader_of(const PlanFile& pf, Env* env);
 // The file opened again for reading its data; kAborted when it is no longer
 // the version that was planned.
 Result<std::shared_ptr<RandomAccessFile>> open_data(const PlanFile& pf, Env* env, FileMode mode);

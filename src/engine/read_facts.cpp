@@ -1,6 +1,8 @@
-// The facts of a planned load (PlanFacts) and the request of a load_files()
-// call: what choose() is asked during a load.
+// The facts of a planned load (PlanFacts), the request of a load's options,
+// and decide(): what choose() is asked during plan_load().
 #include "engine/read_facts.h"
+
+#include <algorithm>
 
 #include "weightlift/prefetch.h"
 
@@ -8,9 +10,13 @@ namespace wl {
 
 ReadRequest read_request(const std::vector<std::string>& files, const LoadOptions& o) {
   ReadRequest r;
+  r.files = files.size();
   if (!files.empty()) {
     r.first_file = files[0];
-    if (is_url(files[0])) r.source = SourceKind::kRemote;
+    if (is_url(files[0]))
+      r.source = SourceKind::kRemote;
+    else if (std::any_of(files.begin(), files.end(), [&](const std::string& f) { return o.env->arriving(f); }))
+      r.source = SourceKind::kArriving;
   }
   if (Destination* d = o.destination) {
     r.device = d->device();
@@ -20,12 +26,19 @@ ReadRequest read_request(const std::vector<std::string>& files, const LoadOption
     if (Uploader* up = d->uploader())
       if (DirectReads* direct = up->direct_reads()) r.gds = direct->wish();
   }
-  r.distributed = o.collective != nullptr;
+  if (o.collective != nullptr) {
+    r.distributed = true;
+    r.world = o.collective->world_size();
+    r.collective_device = o.collective->device();
+  }
   r.strategy = o.strategy;
   r.direct = o.direct;
   r.file_views = o.file_views;
   r.max_memory = o.max_memory;
+  r.threads = o.threads;
+  r.block_size = o.block_size;
   r.device_as_asked = o.switches.device_strategy_asked;
+  r.h2d_source = o.switches.h2d_source;
   return r;
 }
 
@@ -48,7 +61,7 @@ std::optional<bool> PlanFacts::contiguous() {
 }
 
 Result<bool> PlanFacts::gds_usable(std::string* why) {
-  Uploader* up = dest_ ? dest_->uploader() : nullptr;
+  Uploader* up = o_.destination ? o_.destination->uploader() : nullptr;
   DirectReads* direct = up ? up->direct_reads() : nullptr;
   if (direct == nullptr || plan_.files.empty()) {
     *why = up ? "this uploader has no direct reads" : "no uploader";
@@ -58,6 +71,36 @@ Result<bool> PlanFacts::gds_usable(std::string* why) {
   Status s = direct->support(*probe);
   if (!s.ok()) *why = s.message();
   return s.ok();
+}
+
+std::optional<UploaderFacts> PlanFacts::uploader() {
+  UploaderFacts f;
+  Uploader* up = o_.destination ? o_.destination->uploader() : nullptr;
+  if (up == nullptr) return f;
+  f.present = true;
+  f.ready = up->ready();
+  if (!f.ready.ok()) return f;
+  f.slot_bytes = up->slot_bytes();
+  f.slot_count = up->slot_count();
+  f.host_registration = up->host_registration() != nullptr;
+  return f;
+}
+
+uint64_t PlanFacts::stream_bytes() {
+  uint64_t n = 0;
+  for (const PlannedTensor& t : plan_.tensors)
+    if (t.file_offset) n += t.nbytes;
+  return n;
+}
+
+Result<ReadPath> decide(const std::vector<std::string>& files, const LoadOptions& o, const Plan& plan) {
+  PlanFacts measured(plan, files, o);
+  GivenFacts facts(&measured);
+  facts.fstype = o.known.fs_type;
+  facts.bytes = o.known.checkpoint_bytes;
+  facts.available = o.known.available_bytes;
+  facts.cached = o.known.cached_fraction;
+  return choose(read_request(files, o), facts);
 }
 
 }  // namespace engine

@@ -1,6 +1,7 @@
-// Private: the facts choose() consults during a load, found out from the plan
-// (the planned version of each file, which tensors lie contiguously) and the
-// destination (GPUDirect Storage), each at most once.
+// Private: what choose() is asked during plan_load(): the request of a
+// load's options (read_request, load_options.h) and the facts of its planned
+// files and destination (PlanFacts), each found out at most once; decide()
+// is the one call of choose().
 #pragma once
 
 #include <optional>
@@ -27,26 +28,37 @@ Result<std::optional<double>> sample_residency(size_t files, OpenFn open) {
   return std::optional<double>(hits / n);
 }
 
+// The request of a load (read_path.h): the source from the files (a URL, or
+// files a source is still writing: Env::arriving()), the destination and its
+// GDS wish, the caller's wishes and the switches from the options.
+ReadRequest read_request(const std::vector<std::string>& files, const LoadOptions& options);
+
 }  // namespace wl
 
 namespace wl::engine {
 
 class PlanFacts final : public ReadFacts {
  public:
-  PlanFacts(const Plan& plan, const std::vector<std::string>& files, const LoadOptions& o, Destination* dest)
-      : plan_(plan), files_(files), o_(o), dest_(dest) {}
+  PlanFacts(const Plan& plan, const std::vector<std::string>& files, const LoadOptions& o)
+      : plan_(plan), files_(files), o_(o) {}
   Result<std::optional<double>> cached_fraction() override;
   std::string fs_type() override;
   Result<uint64_t> checkpoint_bytes() override;
   Result<uint64_t> available_memory() override;
   std::optional<bool> contiguous() override;
   Result<bool> gds_usable(std::string* why) override;
+  std::optional<UploaderFacts> uploader() override;
+  uint64_t stream_bytes() override;
 
  private:
   const Plan& plan_;
   const std::vector<std::string>& files_;
   const LoadOptions& o_;
-  Destination* dest_;
 };
+
+// The read path of a planned load: choose() over the request of `o`, the
+// facts of `plan` and its destination, and those the caller holds
+// (LoadOptions::known). The one place the engine calls choose().
+Result<ReadPath> decide(const std::vector<std::string>& files, const LoadOptions& o, const Plan& plan);
 
 }  // namespace wl::engine

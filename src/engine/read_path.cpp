@@ -1,5 +1,7 @@
 // The read-path vocabulary: the modes' names, the facts of a list of files
 // (file_facts) and facts given by the caller (GivenFacts).
+#include <thread>
+
 #include "engine/read_facts.h"
 #include "weightlift/prefetch.h"
 
@@ -25,6 +27,17 @@ std::string_view strategy_name(Strategy s) {
     case Strategy::kStream: return "stream";
   }
   return "?";
+}
+
+const std::vector<std::string>& strategy_names() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> v;
+    for (Strategy s : {Strategy::kLazy, Strategy::kEager, Strategy::kPrefetch, Strategy::kAuto, Strategy::kThreads,
+                       Strategy::kStream})
+      v.emplace_back(strategy_name(s));
+    return v;
+  }();
+  return names;
 }
 
 std::optional<Toggle> toggle_from_name(std::string_view name) {
@@ -75,6 +88,8 @@ std::unique_ptr<ReadFacts> file_facts(const std::vector<std::string>& files, Env
   return std::make_unique<FileFacts>(files, env, system);
 }
 
+unsigned ReadFacts::cores() { return std::thread::hardware_concurrency(); }
+
 // ---- GivenFacts ----
 
 Result<std::optional<double>> GivenFacts::cached_fraction() {
@@ -97,6 +112,10 @@ std::optional<bool> GivenFacts::contiguous() {
   if (whole) return whole;
   return rest_ ? rest_->contiguous() : std::nullopt;
 }
+unsigned GivenFacts::cores() { return rest_ ? rest_->cores() : ReadFacts::cores(); }
+std::optional<UploaderFacts> GivenFacts::uploader() { return rest_ ? rest_->uploader() : std::nullopt; }
+uint64_t GivenFacts::stream_bytes() { return rest_ ? rest_->stream_bytes() : 0; }
+
 Result<bool> GivenFacts::gds_usable(std::string* why) {
   if (gds_refusal) {
     *why = *gds_refusal;

@@ -1,4 +1,5 @@
-// The per-file strategies (lazy, eager, threads, prefetch) and run_load().
+// The per-file strategies (lazy, eager, threads, prefetch) and execute():
+// each reads only the plan (load_plan.h).
 #include "engine/strategies.h"
 
 #include <algorithm>
@@ -11,7 +12,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/read_facts.h"
+#include "engine/load_plan.h"
 #include "weightlift/prefetch.h"
 
 namespace wl::engine {
@@ -20,9 +21,9 @@ namespace {
 
 // A tensor whose bytes are in `full` (host memory): shared as is when the
 // engine chose the memory and allowed it, else copied into the destination.
-Status deliver_from(const PlannedTensor& t, const PlanFile& pf, const TensorView& full, const LoadOptions& o,
+Status deliver_from(const PlannedTensor& t, const PlanFile& pf, const TensorView& full, const LoadPlan::Body& b,
                     Destination& dest, Delivery& d, bool share) {
-  if (!t.shard && share && o.destination == nullptr)
+  if (!t.shard && share && b.destination == nullptr)
     return d.deliver(t, pf.path, TensorView(t.dtype, t.shape, full.bytes(), full.owner()));
   WL_ASSIGN_OR_RETURN(Region r, place(t, dest), .file = pf.path);
   WL_RETURN_IF_ERROR(copy_shard(dest, t, r, full.bytes()), .tensor = t.name, .file = pf.path);
@@ -32,18 +33,18 @@ Status deliver_from(const PlannedTensor& t, const PlanFile& pf, const TensorView
 // A tensor copied into the destination (shards, or a caller's memory) out of
 // the file's mapping, or, where its bytes do not lie contiguously in the file,
 // out of the reader.
-Status copy_from_mapping(const PlannedTensor& t, PlanFile& pf, const std::shared_ptr<RandomAccessFile>& file,
-                         const LoadOptions& o, Destination& dest, Delivery& d) {
+Status copy_from_mapping(const PlannedTensor& t, const PlanFile& pf, const std::shared_ptr<RandomAccessFile>& file,
+                         const LoadPlan::Body& b, Destination& dest, Delivery& d) {
   TensorView full;
   auto bytes = t.file_offset ? file->view(*t.file_offset, t.full_nbytes)
                              : Result<std::span<const std::byte>>(Status::Unimplemented(""));
   if (bytes.ok()) {
     full = TensorView(t.dtype, t.full_shape, *bytes, file);
   } else {
-    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o.env));
+    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, b.env));
     WL_ASSIGN_OR_RETURN(full, reader->view(t.index), .tensor = t.name, .file = pf.path);
   }
-  return deliver_from(t, pf, full, o, dest, d, /*share=*/false);
+  return deliver_from(t, pf, full, b, dest, d, /*share=*/false);
 }
 
 // The owner of a tensor handed over as a view of a private file mapping
@@ -94,14 +95,15 @@ void will_need(const Plan& plan, const PlanFile& pf, const RandomAccessFile& fil
   }
 }
 
-Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, const ReadPath& path, Destination& dest,
-                      Delivery& d) {
-  PlanFile& pf = plan.files[fi];
+Status load_file_lazy(const LoadPlan::Body& b, size_t fi, Destination& dest, Delivery& d) {
+  const Plan& plan = b.plan;
+  const ReadPath& path = b.path;
+  const PlanFile& pf = plan.files[fi];
   // The data is read from the planned version of the file: whole tensors with
   // pread (a file truncated under us is an error, not SIGBUS), shards cut out
   // of the mapping; with file_views, whole tensors are views of a private mapping.
   const bool views = path.file_views;
-  WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, views ? FileMode::kMmapPrivate : FileMode::kMmap));
+  WL_ASSIGN_OR_RETURN(auto file, open_data(pf, b.env, views ? FileMode::kMmapPrivate : FileMode::kMmap));
   file->advise(0, file->size(), Advice::kSequential);
   // Readahead hints walk the whole file: only where part of it is not cached.
   if (views && !file->mostly_cached()) will_need(plan, pf, *file);
@@ -122,7 +124,7 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, const ReadPat
         WL_RETURN_IF_ERROR(d.deliver(t, pf.path, view_of(t, r)));
         continue;
       }
-      WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
+      WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, b, dest, d));
     }
     return Status();
   }();
@@ -136,14 +138,15 @@ Status load_file_lazy(Plan& plan, size_t fi, const LoadOptions& o, const ReadPat
 
 // Reads the whole file with one read; tensors stored contiguously view that
 // buffer, the others come from the reader.
-Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, const ReadPath& path, Destination& dest,
-                       Delivery& d, uint64_t* bytes_read) {
-  PlanFile& pf = plan.files[fi];
+Status load_file_eager(const LoadPlan::Body& b, size_t fi, Destination& dest, Delivery& d, uint64_t* bytes_read) {
+  const Plan& plan = b.plan;
+  const ReadPath& path = b.path;
+  const PlanFile& pf = plan.files[fi];
   if (path.file_views) {
     // The whole file is read in before its first tensor only where it is not
     // in the page cache already (the point of eager is one sequential read);
     // a cached file's tensors are handed over as lazy hands them over.
-    WL_ASSIGN_OR_RETURN(auto file, open_data(pf, o.env, FileMode::kMmapPrivate));
+    WL_ASSIGN_OR_RETURN(auto file, open_data(pf, b.env, FileMode::kMmapPrivate));
     const bool cached = file->mostly_cached();
     file->advise(0, file->size(), Advice::kSequential);
     if (!cached) file->advise(0, file->size(), Advice::kPopulate);
@@ -155,13 +158,13 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, const ReadPa
         WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/cached));
         continue;
       }
-      WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, o, dest, d));
+      WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, b, dest, d));
     }
     pf.reader.reset();
     d.file_done();
     return Status();
   }
-  WL_ASSIGN_OR_RETURN(auto f, open_data(pf, o.env, FileMode::kPread));
+  WL_ASSIGN_OR_RETURN(auto f, open_data(pf, b.env, FileMode::kPread));
   auto buf = Buffer::allocate(static_cast<size_t>(f->size()), 4096);
   if (!buf.ok()) {  // name the tensor that makes the file that large, if one does
     Status s = Status(buf.status()).with_file(pf.path);
@@ -180,48 +183,48 @@ Status load_file_eager(Plan& plan, size_t fi, const LoadOptions& o, const ReadPa
     if (t.file_offset && *t.file_offset <= owner->size() && full_bytes <= owner->size() - *t.file_offset) {
       full = TensorView(t.dtype, t.full_shape, owner->span().subspan(*t.file_offset, full_bytes), owner);
     } else {
-      WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, o.env));
+      WL_ASSIGN_OR_RETURN(CheckpointReader * r, reader_of(pf, b.env));
       WL_ASSIGN_OR_RETURN(full, r->view(t.index), .tensor = t.name, .file = pf.path);
     }
-    WL_RETURN_IF_ERROR(deliver_from(t, pf, full, o, dest, d, /*share=*/true));
+    WL_RETURN_IF_ERROR(deliver_from(t, pf, full, b, dest, d, /*share=*/true));
   }
   pf.reader.reset();
   d.file_done();
   return Status();
 }
 
-int default_threads(const LoadOptions& o) { return o.threads > 0 ? o.threads : 8; }
-
 }  // namespace
 
-Status run_lazy(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
-                LoadStats& stats) {
-  for (size_t fi = 0; fi < plan.files.size(); ++fi) WL_RETURN_IF_ERROR(load_file_lazy(plan, fi, o, path, dest, d));
-  for (auto& t : plan.tensors) stats.bytes_read += t.nbytes;
+Status run_lazy(const LoadPlan& plan, Delivery& d, LoadStats& stats) {
+  const LoadPlan::Body& b = plan.body();
+  Destination& dest = destination_of(b);
+  for (size_t fi = 0; fi < b.plan.files.size(); ++fi) WL_RETURN_IF_ERROR(load_file_lazy(b, fi, dest, d));
+  for (auto& t : b.plan.tensors) stats.bytes_read += t.nbytes;
   return Status();
 }
 
-Status run_eager(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
-                 LoadStats& stats) {
-  for (size_t fi = 0; fi < plan.files.size(); ++fi)
-    WL_RETURN_IF_ERROR(load_file_eager(plan, fi, o, path, dest, d, &stats.bytes_read));
+Status run_eager(const LoadPlan& plan, Delivery& d, LoadStats& stats) {
+  const LoadPlan::Body& b = plan.body();
+  Destination& dest = destination_of(b);
+  for (size_t fi = 0; fi < b.plan.files.size(); ++fi)
+    WL_RETURN_IF_ERROR(load_file_eager(b, fi, dest, d, &stats.bytes_read));
   return Status();
 }
 
-Status run_threads(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
-                   LoadStats& stats) {
-  const int n = std::min<int>(default_threads(o), static_cast<int>(std::max<size_t>(plan.files.size(), 1)));
+Status run_threads(const LoadPlan& plan, Delivery& d, LoadStats& stats) {
+  const LoadPlan::Body& b = plan.body();
+  Destination& dest = destination_of(b);
+  const int n = std::max(b.path.workers, 1);
   std::atomic<size_t> next{0};
   std::atomic<uint64_t> read_total{0};
   auto worker = [&] {
     while (!d.stopped()) {
       size_t fi = next.fetch_add(1);
-      if (fi >= plan.files.size()) return;
+      if (fi >= b.plan.files.size()) return;
       uint64_t r = 0;
       // With file_views a worker maps its file tensor by tensor (as lazy), so
       // N workers hold N tensors, not N files, ahead of the consumer.
-      Status s = path.file_views ? load_file_lazy(plan, fi, o, path, dest, d)
-                                 : load_file_eager(plan, fi, o, path, dest, d, &r);
+      Status s = b.path.file_views ? load_file_lazy(b, fi, dest, d) : load_file_eager(b, fi, dest, d, &r);
       read_total += r;
       if (!s.ok()) {
         d.fail(s);
@@ -236,57 +239,19 @@ Status run_threads(Plan& plan, const LoadOptions& o, const ReadPath& path, Desti
   return d.status();
 }
 
-Status run_prefetch(Plan& plan, const std::vector<std::string>& files, const LoadOptions& o, const ReadPath& path,
-                    Destination& dest, Delivery& d, LoadStats& stats) {
+Status run_prefetch(const LoadPlan& plan, Delivery& d, LoadStats& stats) {
+  const LoadPlan::Body& b = plan.body();
   PrefetchOptions po;
-  po.threads = o.threads > 0 ? o.threads : kDefaultPrefetchThreads;
-  po.block_size = o.block_size > 0 ? o.block_size : kDefaultPrefetchBlockSize;
-  po.rank = o.rank;
-  po.world_size = o.world_size;
-  po.env = o.env;
-  po.log = o.log;
-  WL_ASSIGN_OR_RETURN(auto pre, Prefetcher::start(files, po));
-  Status st = run_lazy(plan, o, path, dest, d, stats);
+  po.threads = b.path.prefetch_threads;
+  po.block_size = b.path.prefetch_block;
+  po.rank = b.rank;
+  po.world_size = b.world_size;
+  po.env = b.env;
+  po.log = b.log;
+  WL_ASSIGN_OR_RETURN(auto pre, Prefetcher::start(b.files, po));
+  Status st = run_lazy(plan, d, stats);
   pre.reset();
   return st;
-}
-
-Result<LoadStats> run_load(const std::vector<std::string>& files, const LoadOptions& o,
-                           const std::function<Status(LoadedTensor&&)>& sink) {
-  auto t0 = std::chrono::steady_clock::now();
-  LoadStats stats;
-  WL_ASSIGN_OR_RETURN(Plan plan, make_plan(files, o));
-  stats.skipped_tensors = plan.skipped;
-  Destination& dest = o.destination ? *o.destination : default_destination();
-  {
-    std::vector<TensorRequest> requests(plan.tensors.size());
-    for (const PlannedTensor& t : plan.tensors) requests[t.ordinal] = t.request();
-    WL_RETURN_IF_ERROR(dest.reserve(requests));
-  }
-  PlanFacts facts(plan, files, o, &dest);
-  WL_ASSIGN_OR_RETURN(ReadPath path, choose(read_request(files, o), facts));
-  if (o.log)
-    for (const auto& line : path.log) o.log(line);
-  stats.strategy = path.strategy;
-  LoadOptions in_order;  // the options with ordered delivery, when the path keeps a file order the caller did not ask
-  if (path.ordered && !o.ordered) in_order = o, in_order.ordered = true;
-  const LoadOptions& lo = path.ordered && !o.ordered ? in_order : o;
-  Delivery d(lo, sink, plan);
-  Status st;
-  switch (path.strategy) {
-    case Strategy::kPrefetch: st = run_prefetch(plan, files, lo, path, dest, d, stats); break;
-    case Strategy::kAuto:
-    case Strategy::kLazy: st = run_lazy(plan, lo, path, dest, d, stats); break;
-    case Strategy::kEager: st = run_eager(plan, lo, path, dest, d, stats); break;
-    case Strategy::kThreads: st = run_threads(plan, lo, path, dest, d, stats); break;
-    case Strategy::kStream: st = run_stream(plan, lo, path, dest, d, stats); break;
-  }
-  if (st.ok()) st = d.status();
-  if (!st.ok()) return st;
-  stats.tensors = d.tensors();
-  stats.bytes = d.bytes();
-  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return stats;
 }
 
 }  // namespace wl::engine

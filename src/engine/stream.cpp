@@ -18,13 +18,14 @@
 //                                      the first tensor is handed over)
 //   device destination, page cache     async copies straight out of the hot
 //                                      file's mapping, registered read-only
-//                                      for DMA (WEIGHTLIFT_H2D_SOURCE)
+//                                      for DMA (the plan's copy source)
 //
-// The plan of run_stream(), one member function of Stream per step:
+// Everything that decides how it reads (threads, read size, memory window,
+// O_DIRECT, GDS, the copy source) is the plan's (choose(), read_path.h's
+// StreamSetup); the steps of run_stream(), one member function of Stream each:
 //   lay_out                  the tensors' byte ranges end to end
 //   begin                    the destination learns whether GDS serves the load
-//   pick_copy_source         device copies out of ring slots or the registered page cache
-//   size_reads               threads, read size and memory window
+//   map_segments             copies out of the page cache: the bytes each segment gives
 //   hand_over_empty_tensors  zero-byte tensors (and every buffer up front when uncapped)
 //   read_in_parallel         workers claim chunks, read each run of adjacent
 //                            pieces, and hand tensors over as they complete
@@ -39,7 +40,6 @@
 
 #include <fmt/format.h>
 
-#include "engine/read_facts.h"
 #include "engine/strategies.h"
 #include "weightlift/system.h"
 
@@ -48,9 +48,6 @@ namespace wl::engine {
 namespace {
 
 constexpr uint64_t kAlign = 4096;
-constexpr uint64_t kDefaultChunk = uint64_t{8} << 20;
-// Remote sources: requests in flight (each a ranged GET of up to one chunk).
-constexpr int kRemoteThreads = 16;
 
 struct Extent {
   uint64_t pos;  // stream position
@@ -116,17 +113,17 @@ struct MappedFile {
 
 class Stream {
  public:
-  Stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d)
-      : plan_(plan), o_(o), path_(path), dest_(dest), d_(d), up_(dest.uploader()),
-        device_(!dest.device().host_accessible()), direct_(path.direct), gds_(device_ && path.gds),
-        remote_(!plan.files.empty() && is_url(plan.files[0].path)), ts_(plan.tensors.size()), files_(plan.files.size()),
-        file_pending_(plan.files.size(), 0), delivered_(plan.tensors.size(), 0) {}
+  Stream(const LoadPlan::Body& b, Destination& dest, Delivery& d)
+      : plan_(b.plan), path_(b.path), setup_(b.path.stream), env_(b.env), system_(b.system), log_(b.log), dest_(dest),
+        d_(d), up_(dest.uploader()), device_(!dest.device().host_accessible()), direct_(setup_.direct),
+        gds_(device_ && setup_.gds), remote_(!plan_.files.empty() && is_url(plan_.files[0].path)),
+        threads_(setup_.threads), chunk_(setup_.read_size), window_(setup_.window), ts_(plan_.tensors.size()),
+        files_(plan_.files.size()), file_pending_(plan_.files.size(), 0), delivered_(plan_.tensors.size(), 0) {}
 
   Status check_destination() const;
   void lay_out();
   void begin();
-  Status pick_copy_source();
-  Status size_reads();
+  void map_segments();
   Status hand_over_empty_tensors();
   Status read_in_parallel();
   Status read_strided_tensors();
@@ -154,16 +151,19 @@ class Stream {
   bool read_mapped(std::span<const Piece> run, Status* out);
   Status named(Status s, std::span<const Piece> run) const;
 
-  Plan& plan_;
-  const LoadOptions& o_;
+  const Plan& plan_;
   const ReadPath& path_;
+  const StreamSetup& setup_;
+  Env* const env_;
+  SystemInfo* const system_;
+  const std::function<void(const std::string&)>& log_;
   Destination& dest_;
   Delivery& d_;
   Uploader* const up_;
   const bool device_, direct_, gds_, remote_;
-  int threads_ = 0;
-  uint64_t chunk_ = 0;
-  uint64_t window_ = 0;  // memory of allocated, undelivered tensors; 0: unlimited
+  const int threads_;
+  const uint64_t chunk_;
+  const uint64_t window_;  // memory of allocated, undelivered tensors; 0: unlimited
 
   // The layout.
   std::vector<Extent> ext_;
@@ -192,9 +192,12 @@ class Stream {
   std::atomic<uint64_t> bytes_read_{0};
 };
 
+// The plan was made for this destination (choose() checked its uploader);
+// a stream never runs on without one.
 Status Stream::check_destination() const {
   if (device_ && up_ == nullptr)
     return Status::InvalidArgument(fmt::format("a {} destination needs an uploader", dest_.device().to_string()));
+  if (chunk_ == 0 || threads_ < 1) return Status::Internal("the plan gives the stream no threads or reads");
   return Status();
 }
 
@@ -242,34 +245,13 @@ void Stream::begin() {
   if (up_) d_.on_stop([up = up_] { up->cancel(); });
 }
 
-// Device copies straight out of the page cache (see MappedFile), or through
-// the ring's slots.
-Status Stream::pick_copy_source() {
-  if (!device_ || gds_ || direct_ || remote_) return Status();
-  // Where device copies read from: "slot" (every chunk read into a pinned
-  // ring slot first), "mapped" (registered page cache) or "auto" (the
-  // default): mapped for a hot checkpoint on a machine with fewer than 8
-  // cores, where the readers' copies into the slots cannot keep up with a
-  // PCIe link; WEIGHTLIFT_H2D_SOURCE chooses (LoadOptions::switches).
-  const std::string& wish = o_.switches.h2d_source;
-  if (wish != "slot" && wish != "mapped" && wish != "auto")
-    return Status::InvalidArgument(fmt::format("WEIGHTLIFT_H2D_SOURCE='{}' (expected slot, mapped or auto)", wish));
-  host_ = up_->host_registration();
-  if (wish != "slot" && host_ == nullptr) {
-    if (wish == "mapped" && o_.log)
-      o_.log(
-          "stream: WEIGHTLIFT_H2D_SOURCE=mapped, but this destination cannot register host memory read-only; "
-          "staging through the pinned ring");
-  } else if (wish == "mapped") {
-    mapped_ = true;
-  } else if (wish == "auto" && std::thread::hardware_concurrency() < 8) {
-    auto cached = sample_residency(plan_.files.size(), [&](size_t fi) {
-      return open_data(plan_.files[fi], o_.env, FileMode::kPread);
-    });  // a file that cannot be opened fails later, where it is read
-    mapped_ = cached.ok() && *cached && **cached >= 0.9;
-  }
+// Device copies straight out of the page cache (see MappedFile) where the
+// plan says so: the bytes the load takes from each 16 MiB segment of each file.
+void Stream::map_segments() {
+  host_ = device_ && !gds_ && !direct_ && !remote_ ? up_->host_registration() : nullptr;
+  mapped_ = host_ != nullptr && setup_.copy_source == CopySource::kMapped;
   mapped_ok_ = mapped_;
-  if (!mapped_) return Status();
+  if (!mapped_) return;
   segment_bytes_.resize(plan_.files.size());
   mapped_files_.resize(plan_.files.size());
   for (const Extent& x : ext_)
@@ -281,67 +263,12 @@ Status Stream::pick_copy_source() {
       v[k] += n;
       off += n, rest -= n;
     }
-  return Status();
-}
-
-Status Stream::size_reads() {
-  threads_ = o_.threads > 0 ? o_.threads : 8;
-  chunk_ = o_.block_size > 0 ? o_.block_size : kDefaultChunk;
-  // Buffered reads out of a warm page cache are memory copies: more threads
-  // than cores only contend. O_DIRECT keeps 8 reads in flight. Into device
-  // memory the readers' copies into the ring's slots are what bounds a hot
-  // load: one reader per core, as many as half the slots (each holds one
-  // while reading, the others wait for their copies).
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  if (o_.threads == 0 && !direct_) {
-    if (remote_)
-      threads_ = kRemoteThreads;
-    else if (device_ && !gds_ && up_->slot_count() > 0)
-      threads_ = std::clamp(cores, 2, std::clamp(static_cast<int>(up_->slot_count()) / 2, 2, 32));
-    else
-      threads_ = std::clamp(cores, 2, 8);
-  }
-  // Memory: staging (direct only; a device destination stages in its own
-  // ring) plus the window of allocated, undelivered tensors.
-  const uint64_t cap = path_.max_memory;
-  if (cap > 0) {
-    if (direct_ && !device_) {
-      uint64_t per = cap / 2 / static_cast<uint64_t>(threads_);
-      while (per < (uint64_t{1} << 20) + 2 * kAlign && threads_ > 1) per = cap / 2 / static_cast<uint64_t>(--threads_);
-      chunk_ = std::min(chunk_, per > 2 * kAlign ? per - 2 * kAlign : kAlign);
-      chunk_ = std::max<uint64_t>(chunk_ & ~(kAlign - 1), kAlign);
-      uint64_t staging = static_cast<uint64_t>(threads_) * (chunk_ + 2 * kAlign);
-      window_ = cap > staging ? cap - staging : 1;
-    } else {
-      window_ = cap;
-      chunk_ = std::min<uint64_t>(chunk_, std::max<uint64_t>(window_ / 2, kAlign));
-    }
-  }
-  if (device_) {
-    const uint64_t slot = up_->slot_bytes();
-    if (slot < 4 * kAlign)
-      return Status::InvalidArgument(fmt::format("uploader slots of {} bytes are too small", slot));
-    chunk_ = std::min<uint64_t>(chunk_, (slot - 2 * kAlign) & ~(kAlign - 1));
-  }
-  if (total_ > 0)
-    threads_ = static_cast<int>(std::min<uint64_t>(static_cast<uint64_t>(threads_), (total_ + chunk_ - 1) / chunk_));
-  if (o_.log) {
-    std::string ring;
-    if (device_ && !gds_)
-      ring = mapped_ ? ", copies straight out of the page cache (registered read-only; WEIGHTLIFT_H2D_SOURCE=slot "
-                       "stages them)"
-                     : fmt::format(", through {} pinned slots of {} KiB", up_->slot_count(), up_->slot_bytes() >> 10);
-    o_.log(fmt::format("stream: {} threads, {} KiB reads, {}, to {}{}, memory cap {}", threads_, chunk_ >> 10,
-                       direct_ ? "O_DIRECT" : "buffered", dest_.device().to_string(), ring,
-                       cap ? fmt::format("{} MiB", cap >> 20) : "none"));
-  }
-  return Status();
 }
 
 Result<std::shared_ptr<RandomAccessFile>> Stream::file_of(size_t fi) {
   std::lock_guard lk(files_mu_);
   if (!files_[fi]) {
-    WL_ASSIGN_OR_RETURN(files_[fi], open_data(plan_.files[fi], o_.env, direct_ ? FileMode::kDirect : FileMode::kPread));
+    WL_ASSIGN_OR_RETURN(files_[fi], open_data(plan_.files[fi], env_, direct_ ? FileMode::kDirect : FileMode::kPread));
   }
   return files_[fi];
 }
@@ -404,7 +331,7 @@ Status Stream::hand_over_empty_tensors() {
   if (window_ == 0) {
     uint64_t room = UINT64_MAX, upfront = 0;
     if (dest_.device().host_accessible())
-      if (auto avail = available_ram_bytes(o_.system); avail.ok()) room = *avail;
+      if (auto avail = available_ram_bytes(system_); avail.ok()) room = *avail;
     for (size_t ti : order_) {
       if (upfront + plan_.tensors[ti].nbytes > room) break;
       upfront += plan_.tensors[ti].nbytes;
@@ -592,7 +519,7 @@ std::shared_ptr<MappedFile> Stream::mapped_of(size_t fi) {
   std::lock_guard lk(files_mu_);
   auto& m = mapped_files_[fi];
   if (!m) {
-    auto f = open_data(plan_.files[fi], o_.env, FileMode::kMmap);
+    auto f = open_data(plan_.files[fi], env_, FileMode::kMmap);
     if (!f.ok()) return nullptr;
     auto all = (*f)->view(0, (*f)->size());
     if (!all.ok() || all->empty()) return nullptr;
@@ -625,9 +552,9 @@ bool Stream::read_mapped(std::span<const Piece> run, Status* out) {
       const size_t k = static_cast<size_t>(off / kSegment);
       const uint64_t n = std::min(rest, std::min<uint64_t>((k + 1) * kSegment, mf->size) - off);
       if (Status s = mf->ensure(k); !s.ok()) {
-        if (mapped_ok_.exchange(false) && o_.log)
-          o_.log("stream: registering the page cache for DMA failed (" + s.message() +
-                 "); staging through the pinned ring instead");
+        if (mapped_ok_.exchange(false) && log_)
+          log_("stream: registering the page cache for DMA failed (" + s.message() +
+               "); staging through the pinned ring instead");
         return false;
       }
       copies.push_back({mf->base + off, r.data + dst, n});
@@ -668,8 +595,8 @@ Status Stream::read_in_parallel() {
 Status Stream::read_strided_tensors() {
   for (size_t ti : late_) {
     const PlannedTensor& t = plan_.tensors[ti];
-    PlanFile& pf = plan_.files[t.file];
-    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, o_.env));
+    const PlanFile& pf = plan_.files[t.file];
+    WL_ASSIGN_OR_RETURN(CheckpointReader * reader, reader_of(pf, env_));
     WL_ASSIGN_OR_RETURN(TensorView full, reader->view(t.index), .tensor = t.name, .file = pf.path);
     WL_ASSIGN_OR_RETURN(Region r, place(t, dest_), .file = pf.path);
     WL_RETURN_IF_ERROR(copy_shard(dest_, t, r, full.bytes()), .tensor = t.name, .file = pf.path);
@@ -689,14 +616,13 @@ void Stream::finish(LoadStats& stats) {
 
 }  // namespace
 
-Status run_stream(Plan& plan, const LoadOptions& o, const ReadPath& path, Destination& dest, Delivery& d,
-                  LoadStats& stats) {
-  Stream s(plan, o, path, dest, d);
+Status run_stream(const LoadPlan& plan, Delivery& d, LoadStats& stats) {
+  const LoadPlan::Body& b = plan.body();
+  Stream s(b, destination_of(b), d);
   WL_RETURN_IF_ERROR(s.check_destination());
   s.lay_out();
   s.begin();
-  WL_RETURN_IF_ERROR(s.pick_copy_source());
-  WL_RETURN_IF_ERROR(s.size_reads());
+  s.map_segments();
   WL_RETURN_IF_ERROR(s.hand_over_empty_tensors());
   WL_RETURN_IF_ERROR(s.read_in_parallel());
   WL_RETURN_IF_ERROR(s.read_strided_tensors());

@@ -386,6 +386,37 @@ Result<std::unique_ptr<Uploader>> make_uploader(Device device) {
   return std::unique_ptr<Uploader>(std::move(u));
 }
 
+Result<std::unique_ptr<DeviceDestination>> destination_for(Device device, const CudaOptions& options) {
+  if (device.kind == DeviceKind::kCpu) return std::unique_ptr<DeviceDestination>();
+  WL_RETURN_IF_ERROR(check_device(device));
+  if (device.kind == DeviceKind::kCuda) return cuda_destination(device, options);
+  return pinned_destination();
+}
+
+namespace {
+
+// The caller's memory on a device, with the uploader it owns.
+class CallerDeviceDestination final : public Destination {
+ public:
+  CallerDeviceDestination(RegionFn fn, Device device, std::unique_ptr<Uploader> up)
+      : up_(std::move(up)), inner_(caller_destination(std::move(fn), device, up_.get())) {}
+  Device device() const override { return inner_->device(); }
+  Result<Region> allocate(const TensorRequest& r) override { return inner_->allocate(r); }
+  Uploader* uploader() override { return up_.get(); }
+
+ private:
+  std::unique_ptr<Uploader> up_;
+  std::unique_ptr<Destination> inner_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Destination>> caller_destination_for(RegionFn fn, Device device) {
+  if (device.kind != DeviceKind::kCuda) return caller_destination(std::move(fn), device);
+  WL_ASSIGN_OR_RETURN(auto up, make_uploader(device));
+  return std::unique_ptr<Destination>(std::make_unique<CallerDeviceDestination>(std::move(fn), device, std::move(up)));
+}
+
 // ---- copies ---------------------------------------------------------------------------------
 
 Status copy_to_host(const TensorView& v, std::span<std::byte> dst) {

@@ -159,6 +159,8 @@ struct HubSource::Impl final : public EnvWrapper {
     if (auto p = find(path)) return wait(p);
     return target()->wait_complete(path);
   }
+  // A weight file pending when the source started is served as it arrives.
+  bool arriving(const std::string& path) override { return find(path) != nullptr || target()->arriving(path); }
 };
 
 // Defined in hub_weights.cpp: the allow-pattern groups download_weights_from_hf tries.

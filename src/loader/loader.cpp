@@ -1,27 +1,20 @@
-// load_files(): the public face of the engine. Checks the options and runs
-// the engine (src/engine/), which asks choose() for the read path.
+// load_files(): the public face of the engine: plan_load() then execute()
+// (load_plan.h), and the verdict of a source still writing the files.
 #include "weightlift/loader.h"
 
-#include <fmt/format.h>
-
-#include "engine/strategies.h"
 #include "weightlift/text.h"
 
 namespace wl {
 
 Result<LoadStats> load_files(const std::vector<std::string>& files, const LoadOptions& o,
-                             const std::function<Status(LoadedTensor&&)>& sink) {
-  if (o.env == nullptr) return Status::InvalidArgument("LoadOptions.env is null");
-  if (o.system == nullptr) return Status::InvalidArgument("LoadOptions.system is null");
-  if (o.threads < 0) return Status::InvalidArgument(fmt::format("thread count {} is negative", o.threads));
-  if (o.threads > 1024) return Status::InvalidArgument(fmt::format("thread count {} is above 1024", o.threads));
-  if (o.block_size > (uint64_t{1} << 30)) return Status::InvalidArgument("block size is above 1 GiB");
-  if (o.tp_size < 1 || o.tp_rank < 0 || o.tp_rank >= o.tp_size)
-    return Status::InvalidArgument(fmt::format("tensor-parallel rank {} is outside [0, {})", o.tp_rank, o.tp_size));
-  if (o.world_size < 1 || o.rank < 0 || o.rank >= o.world_size)
-    return Status::InvalidArgument(fmt::format("rank {} is outside [0, {})", o.rank, o.world_size));
-  if (o.collective != nullptr) return engine::run_distributed(files, o, sink);
-  auto r = engine::run_load(files, o, sink);
+                             const std::function<Status(LoadedTensor&&)>& sink,
+                             const std::function<void(const LoadPlan&)>& planned) {
+  auto r = [&]() -> Result<LoadStats> {
+    WL_ASSIGN_OR_RETURN(LoadPlan plan, plan_load(files, o));
+    if (planned) planned(plan);
+    return execute(plan, sink);
+  }();
+  if (o.collective != nullptr || o.env == nullptr) return r;
   if (!r.ok()) {
     // A file that a source is still writing may have failed to parse because its bytes are wrong:
     // the source's verdict (a hash mismatch naming the file) is the cause to report.

@@ -120,12 +120,26 @@ bool dns_compatible(std::string_view bucket) {
 
 }  // namespace
 
+const std::vector<std::string>& object_storage_schemes() {
+  static const std::vector<std::string> schemes = {"s3", "gs"};
+  return schemes;
+}
+
+namespace {
+
+bool object_storage_scheme(const std::string& scheme) {
+  const auto& all = object_storage_schemes();
+  return std::find(all.begin(), all.end(), scheme) != all.end();
+}
+
+}  // namespace
+
 Result<S3Url> parse_s3_url(std::string_view url) {
   S3Url u;
   auto sep = url.find("://");
   if (sep == std::string_view::npos) return Status::InvalidArgument("not an s3:// or gs:// URL").with_file(url);
   u.scheme = lower(url.substr(0, sep));
-  if (u.scheme != "s3" && u.scheme != "gs")
+  if (!object_storage_scheme(u.scheme))
     return Status::InvalidArgument(fmt::format("scheme '{}' is not s3 or gs", u.scheme)).with_file(url);
   std::string_view rest = url.substr(sep + 3);
   auto slash = rest.find('/');
@@ -160,7 +174,7 @@ EnvLookup process_environment() {
 Result<S3Config> resolve_s3_config(std::string_view scheme, const EnvLookup& env, Env* fs) {
   S3Config c;
   c.scheme = lower(scheme);
-  if (c.scheme != "s3" && c.scheme != "gs")
+  if (!object_storage_scheme(c.scheme))
     return Status::InvalidArgument(fmt::format("no S3 configuration for scheme '{}'", scheme));
   c.ca_bundle = get(env, "AWS_CA_BUNDLE");
   c.anonymous = truthy(get(env, "AWS_NO_SIGN_REQUEST"));

@@ -122,6 +122,10 @@ class DefaultEnv final : public Env {
     Env* e = route(path);
     return e ? e->wait_complete(path) : Status();
   }
+  bool arriving(const std::string& path) override {
+    Env* e = route(path);
+    return e && e->arriving(path);
+  }
 
  private:
   Result<Env*> routed(const std::string& path) {
@@ -146,12 +150,9 @@ DefaultEnv& default_env() {
 // destruction order, so they are never destroyed).
 void register_builtin_url_schemes() {
   static Env* const http = remote::new_http_env().release();
-  static Env* const s3 = new_s3_env("s3").release();
-  static Env* const gs = new_s3_env("gs").release();
   register_url_scheme("http", http);
   register_url_scheme("https", http);
-  register_url_scheme("s3", s3);
-  register_url_scheme("gs", gs);
+  for (const std::string& scheme : object_storage_schemes()) register_url_scheme(scheme, new_s3_env(scheme).release());
 }
 
 }  // namespace
