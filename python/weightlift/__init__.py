@@ -10,7 +10,7 @@ argument; CorruptDataError, a ValueError, for a file that violates its
 format), PermissionError, OSError (I/O), NotImplementedError (a format this
 build cannot read), each carrying the engine's message naming the file and tensor.
 """
-from ._core import CancelledError, CorruptDataError  # noqa: F401
+from ._engine import CancelledError, CorruptDataError  # noqa: F401
 from ._st import SafeSlice, safe_open  # noqa: F401
 from .safetensors.torch import load_file, save_file  # noqa: F401
 from .ep_weight_filter import compute_local_expert_ids, parse_expert_id, should_skip_weight  # noqa: F401
@@ -42,7 +42,7 @@ from .weight_utils import (  # noqa: F401
     sharded_weight_loader,
     stream_weights,
 )
-from ._core import find_weight_files, peak_rss_bytes  # noqa: F401
+from ._engine import find_weight_files, peak_rss_bytes  # noqa: F401
 from ._hub import (  # noqa: F401
     enable_xet_high_performance,
     hub_source,

@@ -1,14 +1,23 @@
-"""The bridge to the engine: the one way Python runs a load.
+"""The bridge to the engine: the one module that calls weightlift._core for
+loads, and for the engine's rules over files and names.
 
-    options(**kw)          typed LoadOptions from keyword arguments
-    open_stream(files)     the engine's background load (_core.Stream)
-    read_ahead(files)      a load's reads started before the load (_core.ReadAhead)
-    prefaulter()           first touch of the caller's memory ahead of the load (_core.Prefaulter)
-    populate_read(ranges)  memory mapped onto files brought in before the load returns
-    iterate(files)         the load as (name, torch.Tensor), with its progress bar
-    tensors(stream, files) the same over a stream already open
-    progress_bar(...)      the package's bar (tqdm, or nothing when disabled)
-    enable_tqdm(flag)      bars only when asked and only on rank 0
+    options(**kw)            typed LoadOptions from keyword arguments
+    describe(files, **kw)    a dry run: what a load of `files` would decide (its plan)
+    decide_prefetch(...)     the prefetch rule as a load decides it (a dry run)
+    open_stream(files)       the engine's background load (_core.Stream; its plan's log comes back with it)
+    read_ahead(files)        a load's reads started before the load (_core.ReadAhead)
+    prefaulter()             first touch of the caller's memory ahead of the load (_core.Prefaulter)
+    populate_read(ranges)    memory mapped onto files brought in before the load returns
+    iterate(files)           the load as (name, torch.Tensor), with its progress bar
+    tensors(stream, files)   the same over a stream already open
+    load_into(files, ...)    straight into the caller's tensors
+    progress_bar(...)        the package's bar (tqdm, or nothing when disabled)
+    enable_tqdm(flag)        bars only when asked and only on rank 0
+
+and the engine's vocabulary (STRATEGIES, OBJECT_SCHEMES, its errors), its
+files (listing, small reads, the weight-file rules, the NumPy cache), its
+facts (filesystem, sizes, memory), the page-cache prefetcher and the rules
+over names (experts, dummy values, remapping).
 
 and, for weightlift.safetensors (the safetensors package's API), the same
 engine one file at a time:
@@ -19,11 +28,15 @@ engine one file at a time:
     parse_safetensors(data) / serialize(...) / serialize_file(...)  files held in memory, the writer
 
 Every iterator of the package (weight_utils, _gpu, _hub, _distributed,
-_objstore, load_into) reads through iterate(); a new one is iterate() with
-its engine options and its bar text (docs/python.md, "Extending it").
+_objstore, load_into, the vLLM plug-in) reads through iterate() or
+load_into(); a new one is iterate() with its engine options and its bar
+text (docs/python.md, "Extending it"). Besides this module only the
+families with bindings of their own call _core (_hub: the Hub;
+_distributed: collectives; _gpu: devices; _configs: quant configs), which
+tests/python/test_package_layers.py checks; weightlift.safetensors (_st)
+reads through the functions below.
 
-Imports only the ground (_core, _tensors) and the prefetch leaf (whose log
-lines a load reports as it reaches each file)."""
+The bridge floor: imports only the ground (_core, _log, _tensors)."""
 from __future__ import annotations
 
 import os
@@ -32,7 +45,7 @@ from collections.abc import Generator, Iterable
 import torch
 
 from . import _core
-from ._prefetch import drain_logs
+from ._log import logger
 from ._tensors import to_torch
 
 # Tensors the engine may map in ahead of the consumer (page-cache pages
@@ -42,8 +55,22 @@ LOOKAHEAD_BYTES = 64 << 20
 # Plain text, one line per update: readable under Ray / multiprocessing log prefixes.
 BAR_FORMAT = "{desc}: {percentage:3.0f}% Completed | {n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}]\n"
 
+# ---- the engine's vocabulary ---------------------------------------------------------------
 
-# ---- options and the stream ------------------------------------------------------------------
+CancelledError = _core.CancelledError
+CorruptDataError = _core.CorruptDataError
+# The engine's strategies (read_path.h): the one list the options, the CLI and the plug-in take.
+STRATEGIES: tuple[str, ...] = tuple(_core.strategy_names())
+# URL schemes the engine reads as object storage (s3.h), with their "://".
+OBJECT_SCHEMES: tuple[str, ...] = tuple(s + "://" for s in _core.object_storage_schemes())
+
+
+def is_object_url(path) -> bool:
+    """True for an object-storage URL the engine reads (s3://, gs://)."""
+    return isinstance(path, str) and path.lower().startswith(OBJECT_SCHEMES)
+
+
+# ---- options, plans and the stream ------------------------------------------------------------
 
 
 def options(**kwargs) -> _core.LoadOptions:
@@ -64,15 +91,53 @@ def options(**kwargs) -> _core.LoadOptions:
     return o
 
 
+def describe(files: Iterable[str], *, fs_type: str | None = None, checkpoint_bytes: int | None = None,
+             available_bytes: int | None = None, cached_fraction: float | None = None, **kwargs) -> dict:
+    """A dry run: the plan a load of `files` with these options() would make
+    (the engine's plan_load(), nothing read beyond the headers), as a dict:
+    strategy, direct, file_views, gds, ordered, max_memory, threads,
+    read_size, window, copy_source, workers, log (the reasons), warnings and
+    text (describe()). Facts given win over what the engine would find out."""
+    return _core.describe_load([os.fspath(f) for f in files], options(**kwargs), fs_type=fs_type,
+                               checkpoint_bytes=checkpoint_bytes, available_bytes=available_bytes,
+                               cached_fraction=cached_fraction)
+
+
+def decide_prefetch(files: list[str], requested: bool, **known) -> _core.PrefetchDecision:
+    """The prefetch rule as a load of `files` decides it (a dry run):
+    prefetch when they sit on a network filesystem and fit in 90% of the
+    available RAM, always when `requested` (a warning when they do not fit).
+    `known`: facts the caller already holds (fstype, checkpoint_bytes,
+    available_bytes); the engine finds out the others. The answer's
+    .prefetch, .warn, .reason (one line for the log) and the facts it used."""
+    return _core.decide_prefetch([os.fspath(f) for f in files], requested, **known)
+
+
+def prefetch_decision(fstype: str, checkpoint_bytes: int, available_bytes: int, requested: bool):
+    """The prefetch rule over facts given: (prefetch, warn, reason)."""
+    return _core.prefetch_decision(fstype, checkpoint_bytes, available_bytes, requested)
+
+
 def open_stream(files: Iterable[str], *, max_queued_bytes: int, ordered: bool = False,
                 only: Iterable[str] | None = None, exclude: Iterable[str] | None = None, **kwargs) -> _core.Stream:
-    """Starts a load of `files` on an engine thread. Iterating the stream
-    gives (name, file, dtype, shape, bytes) as tensors are handed over (in
-    checkpoint order when `ordered`); at most `max_queued_bytes` of finished
-    tensors wait for the consumer. `only`/`exclude` limit the tensors read;
-    the other keywords are options()."""
+    """Starts a load of `files` on an engine thread (plan_load, then
+    execute). Iterating the stream gives (name, file, dtype, shape, bytes) as
+    tensors are handed over (in checkpoint order when `ordered`); at most
+    `max_queued_bytes` of finished tensors wait for the consumer.
+    `only`/`exclude` limit the tensors read; the other keywords are
+    options(). stream.log() gives the lines the engine logged (the plan's
+    reasons first), stream.describe() the plan that runs."""
     return _core.Stream([os.fspath(f) for f in files], options(**kwargs), max_queued_bytes,
                         None if only is None else list(only), None if exclude is None else list(exclude), ordered)
+
+
+def load_into(files: Iterable[str], targets: list, **kwargs) -> dict:
+    """The engine reads each named tensor of `files` straight into the memory
+    of its target: [(name, data_ptr, nbytes, dtype name, shape)] of tensors
+    the caller keeps alive for the call, all on options' device. Returns the
+    engine's figures, "log" (the lines it logged, the plan's reasons first)
+    and "plan" (the plan that ran, as describe() gives it)."""
+    return _core.load_into([os.fspath(f) for f in files], options(**kwargs), targets)
 
 
 def read_ahead(files: Iterable[str], *, threads: int = 0, block_size: int = 0, max_memory: int = 0, rank: int = 0,
@@ -173,11 +238,11 @@ def iterate(files: Iterable[str], *, desc: str = "", use_tqdm_on_load: bool = Fa
     collective, local_expert_ids, ...); only / exclude: the tensors read;
     rename: file -> the name to yield for its (single) tensor; raw_dtypes:
     as _tensors.to_torch; stats: filled with the engine's figures once the
-    load completed. The bar (when `desc` is set and enable_tqdm allows):
-    bar_per "file" counts files done, a line at the start, one per file and
-    one at the close, as the reference's tqdm over its file list prints;
-    "tensor" counts tensors, its total the engine's count once the load is
-    planned; bar_options go to tqdm."""
+    load completed (its "log": the lines the engine logged). The bar (when
+    `desc` is set and enable_tqdm allows): bar_per "file" counts files done,
+    a line at the start, one per file and one at the close, as the
+    reference's tqdm over its file list prints; "tensor" counts tensors, its
+    total the engine's count once the load is planned; bar_options go to tqdm."""
     files = [os.fspath(f) for f in files]
     if bar_per not in ("file", "tensor"):
         raise ValueError(f"bar_per must be 'file' or 'tensor', not {bar_per!r}")
@@ -217,6 +282,162 @@ def tensors(stream: _core.Stream, files: list[str], *, desc: str = "", use_tqdm_
     finally:
         stream.close()
         bar.close()
+
+
+# ---- files through the engine (local paths and URLs) ---------------------------------------
+
+
+def list_tensors(files: Iterable[str]) -> list[tuple[str, str, list[int]]]:
+    """(name, dtype, shape) of every tensor of the files (headers only), in each file's listing order."""
+    return _core.list_tensors([os.fspath(f) for f in files])
+
+
+def list_dir(path: str) -> list[tuple[str, bool, int]]:
+    """(name, is_dir, size) of a folder or an object-store prefix, sorted by name."""
+    return _core.env_list_dir(os.fspath(path))
+
+
+def read_small_file(path: str, max_bytes: int) -> bytes:
+    """A whole small file (configs, tokenizers) through the engine's sources;
+    larger than max_bytes is a ValueError before anything is read."""
+    return _core.env_read_file(os.fspath(path), max_bytes)
+
+
+def find_weight_files(path) -> tuple[list[str], str]:
+    """The weights of a model folder or prefix as the engine picks them
+    (index, else *.safetensors, *.bin, *.pt; training files dropped; natural
+    order) and their format ("safetensors", "pytorch", "numpy")."""
+    return _core.find_weight_files(os.fspath(path))
+
+
+def natural_sort(files: Iterable[str]) -> list[str]:
+    return _core.natural_sort([os.fspath(f) for f in files])
+
+
+def natural_key(name: str):
+    return _core.natural_key(name)
+
+
+def filter_duplicate_safetensors_files(files: list[str], folder: str, index_file: str) -> list[str]:
+    return _core.filter_duplicate_safetensors_files(list(files), os.fspath(folder), index_file)
+
+
+def filter_files_not_needed_for_inference(files: list[str]) -> list[str]:
+    return _core.filter_files_not_needed_for_inference(list(files))
+
+
+def model_lock_path(model: str, lock_dir: str) -> str:
+    return _core.model_lock_path(model, lock_dir)
+
+
+def convert_pytorch_to_safetensors(pt_file: str, sf_file: str) -> dict:
+    return _core.convert_pytorch_to_safetensors(os.fspath(pt_file), os.fspath(sf_file))
+
+
+def np_cache_prepare(files: list[str], folder: str, lock: str):
+    """The NumPy cache of the files under <folder>/np, made once under `lock`: (folder, names, made)."""
+    return _core.np_cache_prepare([os.fspath(f) for f in files], os.fspath(folder), lock)
+
+
+def safetensors_metadata(path: str) -> dict | None:
+    """The __metadata__ of a safetensors file's header (None when it has none)."""
+    return _core.SafetensorsFile(os.fspath(path), "lazy").metadata() or None
+
+
+def read_tensor(path: str, offset: int, dtype: str, shape, device: str):
+    """(dtype, shape, bytes) of the tensor at `offset` of `path`, on `device`
+    ("cpu", "pinned", "cuda:N": through the engine's pinned ring)."""
+    return _core.read_to_device(os.fspath(path), offset, dtype, list(shape), device)
+
+
+def cached_snapshot(model: str, patterns: list[str], revision: str | None, cache_dir: str | None) -> str:
+    """The Hub cache's snapshot folder of `model` holding `patterns`, offline
+    (nothing is downloaded); FileNotFoundError when it is not there."""
+    folder, _ = _core.download_weights_from_hf(model, list(patterns), revision or "main", [],
+                                               os.fspath(cache_dir) if cache_dir else "", True, "")
+    return folder
+
+
+# ---- the facts a load is decided on ---------------------------------------------------------
+
+
+def checkpoint_size_bytes(files: list[str]) -> int:
+    return _core.checkpoint_size_bytes([os.fspath(f) for f in files])
+
+
+def available_ram_bytes() -> int:
+    """MemAvailable, bounded by the cgroup's remaining limit when there is one."""
+    return _core.available_ram_bytes()
+
+
+def filesystem_type(path: str) -> str:
+    return _core.filesystem_type(os.fspath(path))
+
+
+def peak_rss_bytes() -> int:
+    return _core.peak_rss_bytes()
+
+
+# ---- the page-cache prefetcher ----------------------------------------------------------------
+
+prefetchers: list = []  # running background prefetches (the reference's daemon threads); the last four kept
+
+
+def prefetch_files(files: list[str], threads: int, block_size: int) -> None:
+    """Reads the files once, in blocks, so that their pages sit in the page cache."""
+    _core.prefetch_files([os.fspath(f) for f in files], threads, block_size)
+
+
+def start_prefetch(files: list[str], threads: int, block_size: int, rank: int, world: int) -> None:
+    """Starts the engine's Prefetcher over files[rank::world] in the background
+    (kept in `prefetchers`); failures are only logged."""
+    p = _core.Prefetcher([os.fspath(f) for f in files], threads, block_size, rank, world)
+    drain_logs()
+    prefetchers[:] = prefetchers[-3:] + [p]
+
+
+def drain_logs() -> None:
+    """Logs what the running prefetches said since the last call."""
+    for p in prefetchers:
+        for line in p.take_log():
+            (logger.warning if line.startswith("warning:") else logger.info)("%s", line)
+
+
+# ---- rules over names: experts, dummy values, remapping ---------------------------------------
+
+
+def parse_expert_id(name: str) -> int | None:
+    return _core.parse_expert_id(name)
+
+
+def compute_local_expert_ids(num_experts: int, ep_size: int, ep_rank: int, placement: str) -> set[int] | None:
+    return _core.compute_local_expert_ids(num_experts, ep_size, ep_rank, placement)
+
+
+def should_skip_weight(name: str, local_expert_ids: set[int] | None) -> bool:
+    return _core.should_skip_weight(name, None if local_expert_ids is None else set(local_expert_ids))
+
+
+def dummy_fills(dtype: str) -> bool:
+    return _core.dummy_fills(dtype)
+
+
+def fill_dummy(dtype: str, ptr: int, nbytes: int, numel: int, low: float, high: float, seed: int) -> None:
+    """Dummy values into host memory the caller owns (dummy.h)."""
+    _core.fill_dummy(dtype, ptr, nbytes, numel, low, high, seed)
+
+
+def fill_dummy_device(dtype: str, ptr: int, numel: int, low: float, high: float, seed: int, device: int) -> None:
+    """Dummy values into device memory the caller owns (the CUDA kernel; the fake backend fills on the host)."""
+    _core.fill_dummy_device(dtype, ptr, numel, low, high, seed, device)
+
+
+def maybe_remap_kv_scale_name(name: str, params) -> tuple[str | None, list[str]]:
+    return _core.maybe_remap_kv_scale_name(name, params)
+
+
+def maybe_remap_moe_expert_param_name(name: str, params):
+    return _core.maybe_remap_moe_expert_param_name(name, params)
 
 
 # ---- one safetensors file: weightlift.safetensors --------------------------------------------

@@ -3,7 +3,7 @@ read (and in what order), and rewriting a PyTorch file as safetensors. The
 rules are the engine's (model_lock_path, natural_key, the weight-file
 filters, the converter); here the Python objects around them.
 
-A leaf: imports only _core and _log."""
+A leaf: imports only the bridge (_engine) and _log."""
 from __future__ import annotations
 
 import errno
@@ -20,7 +20,7 @@ from typing import IO
 import filelock
 import torch
 
-from . import _core
+from . import _engine
 from ._log import logger
 
 temp_dir = tempfile.gettempdir()
@@ -32,7 +32,7 @@ temp_dir = tempfile.gettempdir()
 def model_lock_path(model_name_or_path: str | Path, cache_dir: str | None = None) -> str:
     """The engine's lock file of a model (the Hub client's, the NumPy cache's):
     under `cache_dir`, else the system's temporary folder."""
-    return _core.model_lock_path(str(model_name_or_path), cache_dir or temp_dir)
+    return _engine.model_lock_path(str(model_name_or_path), cache_dir or temp_dir)
 
 
 class SharedFileLock(filelock.UnixFileLock):
@@ -109,30 +109,30 @@ def weight_files(path_or_files) -> list[str]:
     """A model folder's (or a file's) weight files as the engine finds them,
     or a list of paths as given."""
     if isinstance(path_or_files, (str, os.PathLike)):
-        return list(_core.find_weight_files(os.fspath(path_or_files))[0])
+        return list(_engine.find_weight_files(path_or_files)[0])
     return [os.fspath(f) for f in path_or_files]
 
 
 def natural_sort(files) -> list[str]:
     """Paths in the engine's natural order (model-2 before model-10)."""
-    return _core.natural_sort([os.fspath(f) for f in files])
+    return _engine.natural_sort(files)
 
 
 def natural_sort_key(filepath: str) -> list:
     """model-00001-of-00005.safetensors -> ['model-', 1, '-of-', 5, '.safetensors']
     (the engine's natural order, weight_files.h natural_key)."""
-    return [int(s) if s.isdigit() else s for s in _core.natural_key(os.path.basename(filepath))]
+    return [int(s) if s.isdigit() else s for s in _engine.natural_key(os.path.basename(filepath))]
 
 
 def filter_duplicate_safetensors_files(hf_weights_files: list[str], hf_folder: str, index_file: str) -> list[str]:
     """Keeps only the files the folder's index names (drops e.g. a consolidated
     file next to shards). FileNotFoundError when the index names a missing file."""
-    return _core.filter_duplicate_safetensors_files(list(hf_weights_files), str(hf_folder), index_file)
+    return _engine.filter_duplicate_safetensors_files(hf_weights_files, str(hf_folder), index_file)
 
 
 def filter_files_not_needed_for_inference(hf_weights_files: list[str]) -> list[str]:
     """Drops training_args.bin, optimizer.bin/.pt, scheduler.pt and scaler.pt."""
-    return _core.filter_files_not_needed_for_inference(list(hf_weights_files))
+    return _engine.filter_files_not_needed_for_inference(hf_weights_files)
 
 
 # ---- conversion ------------------------------------------------------------------------------
@@ -154,7 +154,7 @@ def convert_bin_to_safetensor_file(pt_filename: str, sf_filename: str) -> None:
     tensor equal) before it takes its final name. RuntimeError when a check
     fails or the input cannot be converted; FileNotFoundError for a missing input."""
     try:
-        _core.convert_pytorch_to_safetensors(os.fspath(pt_filename), os.fspath(sf_filename))
+        _engine.convert_pytorch_to_safetensors(pt_filename, sf_filename)
     except (FileNotFoundError, PermissionError):
         raise
     except (ValueError, OSError, NotImplementedError) as e:

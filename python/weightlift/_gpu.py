@@ -46,7 +46,7 @@ def test_seam_device() -> int | None:
         return None
     if not _core.gpu_backend_name().startswith("fake"):
         return None
-    _tensors.DEVICE_ARRAYS_AS_HOST_COPIES = True
+    _tensors.DEVICE_ARRAYS_TO_HOST = _core.gpu_copy_to_host
     return int(value)
 
 

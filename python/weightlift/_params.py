@@ -7,7 +7,7 @@ The tensor-parallel loaders (row_parallel_weight_loader,
 sharded_weight_loader) live in weight_utils beside
 get_tensor_model_parallel_rank, which vLLM's tests patch there.
 
-A leaf: imports only _core, _log and _tensors."""
+A leaf: imports only the bridge (_engine), _log and _tensors."""
 from __future__ import annotations
 
 import logging
@@ -17,7 +17,7 @@ from typing import Any
 
 import torch
 
-from . import _core
+from . import _engine
 from ._log import log_once
 from ._tensors import TORCH_TO_NAME
 
@@ -136,7 +136,7 @@ def initialize_single_dummy_weight(param: torch.Tensor, low: float | None = None
         low = -r if low is None else low
         high = r if high is None else high
     name = TORCH_TO_NAME.get(param.dtype)
-    if name is None or not _core.dummy_fills(name):
+    if name is None or not _engine.dummy_fills(name):
         raise NotImplementedError(f"dummy weights of dtype {param.dtype} are not supported")
     if param.device.type == "cuda" and param.is_contiguous() and param.numel():
         index = param.device.index if param.device.index is not None else torch.cuda.current_device()
@@ -146,7 +146,7 @@ def initialize_single_dummy_weight(param: torch.Tensor, low: float | None = None
     if host.device.type != "cpu" or not host.is_contiguous():
         host = torch.empty(param.shape, dtype=param.dtype)
     if host.numel():
-        _core.fill_dummy(name, host.data_ptr(), host.numel() * host.element_size(), host.numel(), low, high, seed)
+        _engine.fill_dummy(name, host.data_ptr(), host.numel() * host.element_size(), host.numel(), low, high, seed)
     if host is not param.data:
         param.data.copy_(host)
 
@@ -157,7 +157,7 @@ def fill_dummy_on_device(dtype: str, ptr: int, numel: int, device: int, low: flo
     kernels library (libweightlift_cuda.so) cannot be loaded, logged once
     (the caller then fills on the host and copies)."""
     try:
-        _core.fill_dummy_device(dtype, ptr, numel, low, high, seed, device)
+        _engine.fill_dummy_device(dtype, ptr, numel, low, high, seed, device)
         return True
     except ConnectionError as e:  # kUnavailable: the kernels library is missing
         if "libweightlift_cuda" not in str(e):
@@ -174,7 +174,7 @@ def maybe_remap_kv_scale_name(name: str, params_dict: dict) -> str | None:
     """The model's name for a checkpoint's FP8 k/v/q scale (or zero point), the
     name itself when no remapping applies, or None when the remapped name is
     not a parameter of the model (the scale is then not loaded)."""
-    remapped, warnings = _core.maybe_remap_kv_scale_name(name, params_dict)
+    remapped, warnings = _engine.maybe_remap_kv_scale_name(name, params_dict)
     for w in warnings:
         log_once(logging.WARNING, "%s", w)
     return remapped
@@ -183,7 +183,7 @@ def maybe_remap_kv_scale_name(name: str, params_dict: dict) -> str | None:
 def maybe_remap_moe_expert_param_name(name: str, params_dict: dict) -> str:
     """'...experts.w13_weight' -> '...experts.routed_experts.w13_weight' when the
     model has the latter (the newer fused-MoE module layout); else unchanged."""
-    return _core.maybe_remap_moe_expert_param_name(name, params_dict)
+    return _engine.maybe_remap_moe_expert_param_name(name, params_dict)
 
 
 def remap_moe_expert_weights(weights: Iterable[tuple[str, torch.Tensor]],

@@ -1,19 +1,17 @@
 """Page-cache prefetch for network filesystems: the facts the rule is decided
-on, the decision in one engine call, and the engine's background Prefetcher
-(include/weightlift/prefetch.h, system.h).
+on, the decision as a load decides it (the engine's dry run), and the
+engine's background Prefetcher (include/weightlift/prefetch.h, system.h).
 
 weight_utils re-exports these under the reference's private names
 (_get_fs_type, _prefetch_all_checkpoints, ...), which vLLM's tests patch
 there; see weight_utils._prefetch_decision.
 
-A leaf: imports only _core and _log."""
+A leaf: imports only the bridge (_engine) and _log."""
 from __future__ import annotations
-
-import os
 
 import torch
 
-from . import _core
+from . import _engine
 from ._log import logger
 
 DEFAULT_NUM_THREADS = 8
@@ -24,27 +22,28 @@ DEFAULT_BLOCK_SIZE = 16 * 1024 * 1024
 
 
 def checkpoints_size_bytes(files: list[str]) -> int:
-    return _core.checkpoint_size_bytes([os.fspath(f) for f in files]) if files else 0
+    return _engine.checkpoint_size_bytes(files) if files else 0
 
 
 def available_ram_bytes() -> int:
     """MemAvailable, bounded by the cgroup's remaining limit when there is one."""
-    return _core.available_ram_bytes()
+    return _engine.available_ram_bytes()
 
 
 def fs_type(files: list[str]) -> str:
     """The filesystem type serving files[0]; "" for an empty list or when it cannot be told."""
-    return _core.filesystem_type(os.fspath(files[0])) if files else ""
+    return _engine.filesystem_type(files[0]) if files else ""
 
 
-def decide(files: list[str], requested: bool, **known) -> _core.PrefetchDecision:
-    """The prefetch rule over the files' facts, in one engine call: prefetch
+def decide(files: list[str], requested: bool, **known):
+    """The prefetch rule as a load of the files decides it (the engine's dry
+    run of plan_load, one call): prefetch
     when they sit on a network filesystem and fit in 90% of the available RAM,
     always when `requested` (a warning when they do not fit). `known`: facts
     the caller already holds (fstype, checkpoint_bytes, available_bytes); the
     engine measures the others. The answer's .prefetch, .warn, .reason (one
     line for the log) and the facts it used."""
-    return _core.decide_prefetch([os.fspath(f) for f in files], requested, **known)
+    return _engine.decide_prefetch(files, requested, **known)
 
 
 # ---- prefetching ----------------------------------------------------------------------------
@@ -59,17 +58,11 @@ def rank_world() -> tuple[int, int]:
 
 def prefetch_checkpoint(file_path: str, block_size: int = DEFAULT_BLOCK_SIZE) -> None:
     """Reads a file once, in blocks, so that its pages sit in the page cache."""
-    _core.prefetch_files([os.fspath(file_path)], 1, block_size)
+    _engine.prefetch_files([file_path], 1, block_size)
 
 
-prefetchers: list = []  # running background prefetches (the reference's daemon threads); the last four kept
-
-
-def drain_logs() -> None:
-    """Logs what the running prefetches said since the last call."""
-    for p in prefetchers:
-        for line in p.take_log():
-            (logger.warning if line.startswith("warning:") else logger.info)("%s", line)
+prefetchers = _engine.prefetchers  # running background prefetches (the reference's daemon threads); the last four kept
+drain_logs = _engine.drain_logs
 
 
 def prefetch_all(sorted_files: list[str], num_prefetch_threads: int = DEFAULT_NUM_THREADS,
@@ -78,8 +71,6 @@ def prefetch_all(sorted_files: list[str], num_prefetch_threads: int = DEFAULT_NU
     into the page cache in the background (the engine's Prefetcher);
     failures are only logged."""
     rank, world = rank_world()
-    p = _core.Prefetcher([os.fspath(f) for f in sorted_files], num_prefetch_threads, block_size, rank, world)
-    drain_logs()
-    prefetchers[:] = prefetchers[-3:] + [p]
+    _engine.start_prefetch(sorted_files, num_prefetch_threads, block_size, rank, world)
     logger.info("Prefetching checkpoint files into page cache started (in background, num_threads=%d, "
                 "block_size=%d bytes)", num_prefetch_threads, block_size)

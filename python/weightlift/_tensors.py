@@ -82,9 +82,10 @@ def _unsupported(dtype: str, name: str, file: str | None, what: str) -> TypeErro
     )
 
 
-# Test seam (set by _gpu.py, only under the fake GPU backend): device arrays
-# are handed over as host copies, for a torch without CUDA (see _gpu.test_seam_device).
-DEVICE_ARRAYS_AS_HOST_COPIES = False
+# Test seam (set by _gpu.py, only under the fake GPU backend): a function
+# that copies a device array to the host; device arrays are then handed over
+# as host copies, for a torch without CUDA (see _gpu.test_seam_device).
+DEVICE_ARRAYS_TO_HOST = None
 _KDLCUDA = 2
 
 
@@ -102,10 +103,8 @@ def _dlpack_device_type(data) -> int:
 
 def to_torch(dtype: str, shape, data, name: str = "", file: str | None = None, raw_dtypes: bool | None = None):
     """A torch tensor over `data` (1-D uint8 array) of the given dtype and shape, zero-copy."""
-    if DEVICE_ARRAYS_AS_HOST_COPIES and _dlpack_device_type(data) == _KDLCUDA:
-        from . import _core
-
-        data = _core.gpu_copy_to_host(data)
+    if DEVICE_ARRAYS_TO_HOST is not None and _dlpack_device_type(data) == _KDLCUDA:
+        data = DEVICE_ARRAYS_TO_HOST(data)
     t = _dlpack.from_dlpack(data)
     tdt = TORCH_DTYPES.get(dtype)
     shape = tuple(shape)

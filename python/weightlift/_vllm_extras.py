@@ -9,7 +9,7 @@ the same arguments and behaviour (0.34's where it changed):
     DisabledTqdm                              a tqdm that never draws
 
 Headers are read by the engine (no safetensors package needed); the index is
-plain JSON. A leaf: it imports only the ground floor (_core, _log, _text).
+plain JSON. A leaf: it imports only the bridge (_engine), _log and _text.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from . import _core
+from . import _engine
 from ._log import log_once, logger
 from ._text import refuse_duplicate_keys
 
@@ -55,7 +55,7 @@ def filter_safetensors_files_by_weight_name(hf_weights_files: list[str],
     header); `hf_weights_files` unchanged when that would drop every shard."""
     kept = []
     for f in hf_weights_files:
-        names = [n for n, _, _ in _core.list_tensors([os.fspath(f)])]
+        names = [n for n, _, _ in _engine.list_tensors([f])]
         if not all(is_unused_weight(n) for n in names):
             kept.append(f)
     if not kept:
@@ -193,9 +193,7 @@ def drop_checkpoint_cache(model_name_or_path: str, revision: str | None = None,
         folders = [Path(model_name_or_path)]
     else:
         with contextlib.suppress(OSError, ValueError):
-            found, _ = _core.download_weights_from_hf(model_name_or_path, ["*.safetensors"], revision or "main", [],
-                                                      os.fspath(cache_dir) if cache_dir else "", True, "")
-            folders = [Path(found)]
+            folders = [Path(_engine.cached_snapshot(model_name_or_path, ["*.safetensors"], revision, cache_dir))]
         if not folders:
             folders = _local_snapshot_dirs(model_name_or_path, os.fspath(cache_dir) if cache_dir else None)
     if not folders:

@@ -9,12 +9,12 @@ scales and other metadata: only names ending in ".weight" or ".weight_packed".
 """
 from __future__ import annotations
 
-from . import _core
+from . import _engine
 
 
 def parse_expert_id(weight_name: str) -> int | None:
     """The expert index in a weight name, or None for dense / shared / fused weights."""
-    return _core.parse_expert_id(weight_name)
+    return _engine.parse_expert_id(weight_name)
 
 
 def compute_local_expert_ids(num_experts: int, ep_size: int, ep_rank: int,
@@ -24,12 +24,12 @@ def compute_local_expert_ids(num_experts: int, ep_size: int, ep_rank: int,
     linear: contiguous blocks, the first `num_experts % ep_size` ranks one larger.
     round_robin: experts ep_rank, ep_rank + ep_size, ...
     """
-    return _core.compute_local_expert_ids(num_experts, ep_size, ep_rank, placement)
+    return _engine.compute_local_expert_ids(num_experts, ep_size, ep_rank, placement)
 
 
 def should_skip_weight(weight_name: str, local_expert_ids: set[int] | None) -> bool:
     """True when `weight_name` is another rank's expert weight (never for scales)."""
-    return _core.should_skip_weight(weight_name, None if local_expert_ids is None else set(local_expert_ids))
+    return _engine.should_skip_weight(weight_name, local_expert_ids)
 
 
 def compute_eplb_local_expert_ids(num_experts: int, num_redundant_experts: int, ep_size: int,

@@ -15,8 +15,8 @@ from collections.abc import Callable, Mapping
 
 import torch
 
-from . import _core
-from ._engine import iterate, options
+from . import _engine
+from ._engine import iterate
 from ._files import weight_files
 from ._params import default_weight_loader
 from ._tensors import TORCH_TO_NAME
@@ -43,7 +43,8 @@ def load_into(path_or_files, params: torch.nn.Module | Mapping[str, torch.Tensor
     (remapping, stacking; the tensor is a zero-copy view of the file), or,
     without one, is a KeyError before anything is read.
 
-    Returns the engine's statistics plus "direct", "copied" and "fallback"
+    Returns the engine's statistics (its "log" and "plan": the plan the
+    engine ran for the direct reads) plus "direct", "copied" and "fallback"
     (tensor counts). Keep `params` alive and untouched during the call."""
     files = weight_files(path_or_files)
     if isinstance(params, torch.nn.Module):
@@ -52,7 +53,7 @@ def load_into(path_or_files, params: torch.nn.Module | Mapping[str, torch.Tensor
     else:
         targets = dict(params)
     direct, copied, other = [], [], []
-    for name, dtype, shape in _core.list_tensors(files):
+    for name, dtype, shape in _engine.list_tensors(files):
         t = targets.get(name)
         (other if t is None else direct if _direct(t, dtype, shape) else copied).append((name, dtype, shape))
     if other and fallback is None:
@@ -65,7 +66,7 @@ def load_into(path_or_files, params: torch.nn.Module | Mapping[str, torch.Tensor
             t = targets[name]
             items.append((name, t.data_ptr(), t.numel() * t.element_size(), dtype, list(shape)))
         with torch.no_grad():
-            stats = _core.load_into(files, options(strategy=strategy, threads=threads, **engine), items)
+            stats = _engine.load_into(files, items, strategy=strategy, threads=threads, **engine)
     if copied or other:
         with torch.no_grad():
             for name, w in iterate(files, ordered=False, strategy="lazy", order="offset", file_views=True,

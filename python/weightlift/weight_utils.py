@@ -31,7 +31,7 @@ from types import SimpleNamespace
 
 import torch
 
-from . import _core, _distributed, _engine, _files, _gpu, _log, _prefetch
+from . import _distributed, _engine, _files, _gpu, _log, _prefetch
 from ._configs import (  # noqa: F401
     QuantizationConfigResult,
     get_quant_config,
@@ -94,7 +94,8 @@ SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 
 # ---- prefetch (network filesystems) ----------------------------------------------------
 # The reference's private names, which vLLM's tests patch here. The facts,
-# the rule and the prefetcher are the engine's (_prefetch: system.h, prefetch.h).
+# the rule (as a load decides it: a dry run of the engine's plan) and the
+# prefetcher are the engine's (_prefetch: system.h, prefetch.h, load_plan.h).
 
 _get_checkpoints_size_bytes = _prefetch.checkpoints_size_bytes
 # Available host memory, cgroup limits honoured: vLLM 0.34's name
@@ -107,8 +108,9 @@ _prefetch_all_checkpoints = _prefetch.prefetch_all
 _prefetchers = _prefetch.prefetchers
 
 
-def _prefetch_decision(files: list[str], requested: bool) -> _core.PrefetchDecision:
-    """The prefetch rule in one engine call. A fact helper above that was
+def _prefetch_decision(files: list[str], requested: bool):
+    """The prefetch rule as the engine's plan decides it, in one engine call
+    (a dry run of the load). A fact helper above that was
     replaced (vLLM's tests patch them) is asked here and its answer passed
     in; the engine measures the others itself."""
     known = {}
@@ -125,7 +127,9 @@ def _prefetch_decision(files: list[str], requested: bool) -> _core.PrefetchDecis
 
 # ---- iterators ------------------------------------------------------------------------------
 
-_STRATEGIES = (None, "lazy", "eager", "prefetch", "torchao")
+# vLLM's safetensors_load_strategy: None (the engine's auto rule), torchao,
+# or one of the engine's per-file strategies, by the engine's own names.
+_STRATEGIES = (None, *(s for s in _engine.STRATEGIES if s in ("lazy", "eager", "prefetch")), "torchao")
 
 
 def safetensors_weights_iterator(
@@ -202,7 +206,7 @@ def _torchao_iterator(files, local_expert_ids, desc, use_tqdm_on_load):
         state = dict(_engine.iterate([st_file], strategy="lazy", order="name", file_views=True,
                                      local_expert_ids=local_expert_ids))
         state.update(leftover)
-        metadata = _core.SafetensorsFile(st_file, "lazy").metadata() or None
+        metadata = _engine.safetensors_metadata(st_file)
         unflat, leftover = unflatten_tensor_state_dict(state, metadata)
         yield from unflat.items()
 
@@ -302,8 +306,7 @@ def np_cache_weights_iterator(
                        disable=not enable_tqdm(use_tqdm_on_load))
     try:
         lock = _files.model_lock_path(model_name_or_path, cache_dir)
-        np_folder, names, _ = _core.np_cache_prepare([os.fspath(f) for f in hf_weights_files], os.fspath(hf_folder),
-                                                     lock)
+        np_folder, names, _ = _engine.np_cache_prepare(hf_weights_files, hf_folder, lock)
         bar.update(len(hf_weights_files))
     finally:
         bar.close()

@@ -2,7 +2,9 @@
 weightlift module (at module level or inside a function) goes to a module of
 the same floor or a lower one, never up, and no two modules import each other
 round a circle. LAYERS below is the one place the floors are written down
-(docs/python.md, "Extending it", explains them).
+(docs/python.md, "Extending it", explains them). And one bridge: _engine is
+the module that calls the extension (_core) for loads; besides it only the
+families with bindings of their own do (CORE_CALLERS, at most 5).
 
 The check parses the files with `ast`; nothing is imported or run."""
 from __future__ import annotations
@@ -21,10 +23,11 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "python" / "weightlift"
 LAYERS: list[tuple[str, set[str]]] = [
     # the extension, the logger, engine bytes -> torch
     ("ground", {"_core", "_log", "_tensors", "_text"}),
+    # the bridge: options and plans, the stream, the one conversion loop, the progress bar,
+    # and the engine's files, facts and rules for every module above
+    ("bridge", {"_engine"}),
     # small single-purpose modules: locks and files, prefetch, parameters, rules over names
     ("leaves", {"_files", "_prefetch", "_params", "ep_weight_filter", "_vllm_extras"}),
-    # the bridge: options, the stream, the one conversion loop, the progress bar
-    ("bridge", {"_engine"}),
     # one module per source, destination or API family
     ("features", {"_distributed", "_gpu", "_hub", "_objstore", "_configs", "_st", "_st_prefetch", "safetensors",
                   "load_into"}),
@@ -187,6 +190,21 @@ def path_round(graph, comp: list[str]) -> list[str]:
     return comp
 
 
+# The modules that may call the extension: the bridge, and the families with
+# bindings of their own (safetensors files, the Hub, collectives, devices,
+# quantization configs). Nothing else imports _core.
+CORE_CALLERS = {"_engine", "_st", "_hub", "_distributed", "_gpu", "_configs"}
+MAX_CORE_CALLERS_BESIDES_THE_BRIDGE = 5
+
+
+def core_callers(root: pathlib.Path, package: str = "weightlift") -> set[str]:
+    """The modules whose source imports _core (in any form, anywhere)."""
+    mods = modules_of(root)
+    known = set(mods)
+    return {m for m, path in mods.items() if path is not None and m != "_core"
+            and any(target == "_core" for target, _, _ in imports_of(m, path, known, package))}
+
+
 # ---- the package ----------------------------------------------------------------------------------
 
 
@@ -194,6 +212,24 @@ def test_the_package_imports_only_downward_and_round_no_circle():
     assert PACKAGE.is_dir(), PACKAGE
     problems = check(PACKAGE)
     assert not problems, "\n".join(problems)
+
+
+def test_one_bridge_to_the_extension():
+    callers = core_callers(PACKAGE)
+    assert "_engine" in callers
+    stray = sorted(callers - CORE_CALLERS)
+    assert not stray, f"modules calling _core besides the bridge's families: {stray} (add a function to _engine.py)"
+    assert len(callers - {"_engine"}) <= MAX_CORE_CALLERS_BESIDES_THE_BRIDGE, sorted(callers)
+
+
+def test_the_bridge_check_finds_a_caller(tmp_path):
+    pkg = _package(tmp_path, {
+        "__init__.py": "",
+        "low.py": "def f():\n    from ._core import x\n    return x\n",
+        "mid.py": "from . import low\n",
+        "top.py": "import pkg._core as c\n",
+    })
+    assert core_callers(pkg, "pkg") == {"low", "top"}
 
 
 def test_every_floor_is_named_once():

@@ -27,9 +27,8 @@ from vllm.config import ModelConfig
 from vllm.config.load import LoadConfig
 from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 
-from .. import _core, _hub
+from .. import _engine, _hub
 from .._engine import iterate, open_stream, tensors
-from .._engine import options as engine_options
 from .._tensors import TORCH_DTYPES, TORCH_TO_NAME
 from . import _affinity, _direct, _progress
 from . import _read_ahead as _early
@@ -37,7 +36,7 @@ from ._options import Options, map_params_on
 
 logger = logging.getLogger("weightlift.vllm")
 
-OBJECT_SCHEMES = ("s3://", "gs://")
+OBJECT_SCHEMES = _engine.OBJECT_SCHEMES  # the engine's (s3.h)
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
 # Finished tensors the engine may keep ready ahead of the model (views of
 # the page cache mapped in, or owned memory for cold files).
@@ -49,8 +48,7 @@ _LOOKAHEAD_BYTES = 64 << 20
 _LOADED_MODELS: weakref.WeakSet = weakref.WeakSet()
 
 
-def is_object_url(path: str) -> bool:
-    return isinstance(path, str) and path.lower().startswith(OBJECT_SCHEMES)
+is_object_url = _engine.is_object_url
 
 
 def _parallel():
@@ -228,7 +226,7 @@ class WeightliftModelLoader(DefaultModelLoader):
         use_safetensors = all(f.endswith(".safetensors") for f in files)
         logger.info("Loading %s while it downloads (%d files, %d still arriving)", repo, len(files),
                     len(source.pending))
-        return source.folder, _core.natural_sort(files), use_safetensors, SAFE_WEIGHTS_INDEX_NAME
+        return source.folder, _engine.natural_sort(files), use_safetensors, SAFE_WEIGHTS_INDEX_NAME
 
     def _object_files(self, url: str, subfolder: str | None, fmt: str, allow_patterns: list[str],
                       overridden: bool, use_safetensors: bool, index_file: str):
@@ -247,11 +245,11 @@ class WeightliftModelLoader(DefaultModelLoader):
             raise ValueError(f"{url}: format 'npcache' converts files on a local disk; it does not read "
                              f"object storage (use 'auto' or 'hf')")
         if fmt == "hf" and not overridden:
-            files, kind = _core.find_weight_files(folder)
+            files, kind = _engine.find_weight_files(folder)
             if not files:
                 raise RuntimeError(f"Cannot find any model weights with `{url}`")
             return folder, list(files), kind == "safetensors", index_file
-        names = [n for n, is_dir, _ in _core.env_list_dir(folder) if not is_dir]
+        names = [n for n, is_dir, _ in _engine.list_dir(folder) if not is_dir]
         files: list[str] = []
         for pattern in allow_patterns:
             files = [f"{folder}/{n}" for n in names if fnmatch.fnmatchcase(n, pattern)]
@@ -264,7 +262,7 @@ class WeightliftModelLoader(DefaultModelLoader):
             files = filter_files_not_needed_for_inference(files)
         if not files:
             raise RuntimeError(f"Cannot find any model weights with `{url}` (patterns {allow_patterns})")
-        return folder, _core.natural_sort(files), use_safetensors, index_file
+        return folder, _engine.natural_sort(files), use_safetensors, index_file
 
     def download_model(self, model_config: ModelConfig) -> None:
         self._prepare_weights(self._weights_location(model_config), None, model_config.revision, True, None)
@@ -377,7 +375,7 @@ class WeightliftModelLoader(DefaultModelLoader):
         file_of: dict[str, str] = {}
         listed = []
         for f in files:
-            for name, dtype, shape in _core.list_tensors([f]):
+            for name, dtype, shape in _engine.list_tensors([f]):
                 if experts is not None and should_skip_weight(name, experts):
                     continue
                 file_of[name] = f
@@ -427,6 +425,7 @@ class WeightliftModelLoader(DefaultModelLoader):
             stats["model_tensors"] += 1
             stats["model_bytes"] += t.numel() * t.element_size()
             yield prefix + name, t
+        _progress.log_plan(p)
         stats.update(bytes_read=p.get("bytes_read", 0), strategy=p.get("strategy"),
                      seconds=time.perf_counter() - t0)
         logger.info("weightlift: %.2f GiB (%d tensors) streamed in %.2f s", stats["model_bytes"] / 1024**3,
@@ -515,10 +514,11 @@ class WeightliftModelLoader(DefaultModelLoader):
                 items = [(unprefixed[n], pl.region.data_ptr(), pl.nbytes, TORCH_TO_NAME[pl.dtype],
                           list(pl.shard_shape)) for n, pl in direct.items()]
                 rules = [r.replace(prefix, "", 1) if prefix else r for r in plan.shard_rules(direct)]
-                # The read path: choose() (auto into the caller's memory: the stream).
+                # The read path is the engine's plan (auto into the caller's memory: the stream).
                 with torch.no_grad(), _affinity.widened(opts.cpus):
-                    s1 = _core.load_into(files, engine_options(strategy=opts.strategy, shard_rules=rules or None,
-                                                               **opts.engine(**common, **into_device)), items)
+                    s1 = _engine.load_into(files, items, strategy=opts.strategy, shard_rules=rules or None,
+                                           **opts.engine(**common, **into_device))
+                _progress.log_plan(s1)
                 stats["direct_seconds"] += time.perf_counter() - t1
                 stats["rss_after_direct"] = _progress.rss_bytes()
                 stats["direct_tensors"] += len(items)
@@ -554,6 +554,7 @@ class WeightliftModelLoader(DefaultModelLoader):
                         t = _direct.sharded_standin(pname, t.dtype, shapes[name], shard, t, mat)
                     bar.done_tensors([name])
                     yield pname, t
+                _progress.log_plan(p)
                 stats["bytes_read"] += p.get("bytes_read", 0)
                 stats["bytes_exchanged"] += p.get("bytes_exchanged", 0)
                 stats["strategy"] = p.get("strategy")

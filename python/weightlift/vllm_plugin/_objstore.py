@@ -27,7 +27,6 @@ logger = logging.getLogger("weightlift.vllm")
 FORMAT = "weightlift"
 POSE_AS = "runai_streamer"
 _CHECK_TEXT = "To load a model from object storage"
-SCHEMES = ("s3://", "gs://", "az://")
 
 
 class ObjectStorageBypassError(RuntimeError):
@@ -35,7 +34,11 @@ class ObjectStorageBypassError(RuntimeError):
 
 
 def _is_object_uri(path) -> bool:
-    return isinstance(path, str) and path.lower().startswith(SCHEMES)
+    """An object-storage URL weightlift reads (the engine's schemes, s3.h);
+    imported here, not at plug-in registration, which stays light."""
+    from .. import _engine
+
+    return _engine.is_object_url(path)
 
 
 def install_bypass() -> bool:
@@ -112,7 +115,7 @@ def pull_files(model_path: str, dst: str, allow_pattern=None, ignore_pattern=Non
     atomically. Returns the relative keys written."""
     import os
 
-    from .. import _core
+    from .. import _engine
 
     prefix = model_path.rstrip("/")
     written = []
@@ -120,7 +123,7 @@ def pull_files(model_path: str, dst: str, allow_pattern=None, ignore_pattern=Non
     def walk(url: str, rel: str, depth: int) -> None:
         if depth > _MAX_DEPTH:
             return
-        for name, is_dir, _size in _core.env_list_dir(url):
+        for name, is_dir, _size in _engine.list_dir(url):
             key = f"{rel}/{name}" if rel else name
             if is_dir:
                 walk(f"{url}/{name}", key, depth + 1)
@@ -129,7 +132,7 @@ def pull_files(model_path: str, dst: str, allow_pattern=None, ignore_pattern=Non
                 continue
             if ignore_pattern and _matches(key, ignore_pattern):
                 continue
-            data = _core.env_read_file(f"{url}/{name}", _MAX_PULLED_FILE)
+            data = _engine.read_small_file(f"{url}/{name}", _MAX_PULLED_FILE)
             target = os.path.join(dst, *key.split("/"))
             if os.path.commonpath([os.path.abspath(target), os.path.abspath(dst)]) != os.path.abspath(dst):
                 raise ValueError(f"{url}/{name}: key escapes the destination folder")

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+from .. import _engine
 from . import _affinity
 
 # vLLM's DefaultModelLoader keys, passed through to it unchanged.
 DEFAULT_LOADER_KEYS = ("enable_multithread_load", "num_threads", "enable_weights_track")
 
-_STRATEGIES = ("auto", "stream", "lazy", "eager", "prefetch", "threads")
+_STRATEGIES = _engine.STRATEGIES  # the engine's vocabulary (read_path.h)
 _FORMATS = ("auto", "hf", "safetensors", "pt", "npcache", "mistral")
 _TRISTATE = ("auto", "on", "off")
 

@@ -1,7 +1,8 @@
 """vLLM's habits: one progress bar over the checkpoint's files on rank 0
 (vLLM's own bar format, a line per finished file), and log lines carrying
-what vLLM's loaders log (filesystem, checkpoint size, available RAM, the
-prefetch decision; then bytes and seconds each way)."""
+what vLLM's loaders log (filesystem, checkpoint size, available RAM; the
+engine's own reasons for each load it ran, from its plan; then bytes and
+seconds each way)."""
 from __future__ import annotations
 
 import logging
@@ -10,7 +11,7 @@ from collections import Counter
 
 import torch
 
-from .. import _core
+from .. import _engine
 from .._text import inert
 
 logger = logging.getLogger("weightlift.vllm")
@@ -87,16 +88,22 @@ def log_start(files: list[str], total_bytes: int, tp_size: int, distributed: boo
     if "://" in first:
         fs = first.split("://", 1)[0]
     else:
-        fs = _core.filesystem_type(first) if first else ""
-    avail = _core.available_ram_bytes()
+        fs = _engine.filesystem_type(first) if first else ""
+    avail = _engine.available_ram_bytes()
     logger.info("weightlift: %d checkpoint files (%.2f GiB) on %s, available RAM %.2f GiB; strategy %s, "
                 "direct I/O %s, into parameters %s%s", len(files), _gib(total_bytes), (fs or "unknown").upper(),
                 _gib(avail), opts.strategy, opts.direct_io, "on" if opts.into_params else "off",
                 f", tensor parallel {tp_size} ({'read once across ranks' if distributed else 'each rank its shards'})"
                 if tp_size > 1 else "")
-    if first and "://" not in first:
-        prefetch, warn, reason = _core.prefetch_decision(fs, total_bytes, avail, opts.strategy == "prefetch")
-        (logger.warning if warn else logger.info)("weightlift: %s", reason)
+
+
+def log_plan(result: dict) -> None:
+    """What the engine decided for a load it ran, in its own words: the lines
+    its plan logged (the strategy and why, the readers' setup; then what the
+    load said as it ran), from the figures load_into() or a stream returned."""
+    warnings = set(result.get("warnings") or ())
+    for line in result.get("log") or ():
+        (logger.warning if line in warnings else logger.info)("weightlift: %s", line)
 
 
 def log_done(stats: dict, placements: int, loose: list, mat) -> None:
