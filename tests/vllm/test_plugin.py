@@ -40,6 +40,9 @@ def test_vllm_serve_with_weightlift_equals_vllms_own_loader(runs, model_bytes):
     # weightlift's lines are in vLLM's log, with vLLM's format ("INFO ... [file.py:N] weightlift: ...").
     assert re.search(r"INFO .*\[_progress\.py:\d+\] weightlift: \d+ checkpoint files", ours.log), ours.log[-3000:]
     assert re.search(r"weightlift: .* read straight into parameters", ours.log)
+    # The engine's own reasons for the loads it ran (its plan's log), not a prediction of them.
+    assert re.search(r"\[_progress\.py:\d+\] weightlift: auto: stream \(the caller's memory", ours.log)
+    assert re.search(r"\[_progress\.py:\d+\] weightlift: stream: \d+ threads, \d+ KiB reads", ours.log)
     # One progress bar over the files, as vLLM's: from 0/N to N/N, never back, at most a line per file
     # plus the first and the closing one (tqdm's rate limit may merge lines, for vLLM's bar too).
     bar, theirs = _bar(ours.log), _bar(ref.log)
