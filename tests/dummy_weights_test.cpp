@@ -7,8 +7,8 @@
 
 #include <gtest/gtest.h>
 
-#include "model/dummy_math.h"
 #include "weightlift/dummy.h"
+#include "weightlift/dummy_kernel.h"
 #include "weightlift/gpu.h"
 
 namespace wl {

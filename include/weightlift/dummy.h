@@ -22,9 +22,11 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 
 #include "weightlift/dtype.h"
+#include "weightlift/dummy_kernel.h"
 #include "weightlift/status.h"
 #include "weightlift/tensor.h"
 
@@ -57,3 +59,18 @@ inline Status fill_dummy(Tensor& tensor, double low, double high, uint64_t seed,
 uint64_t dummy_element_bits(DType dtype, uint64_t index, double low, double high, uint64_t seed);
 
 }  // namespace wl
+
+// ---- what a fill draws, for the device fills (gpu.h, the fake backend) ----
+namespace wl::dummy {
+// The kind (dummy::Kind) and parameters a fill of `dtype` draws with; nullopt
+// for the dtypes a fill leaves untouched (integers, bool, complex). Errors:
+// bounds not finite or low > high; float kinds without a generator.
+struct Fill {
+  int kind = 0;
+  Params params{};
+};
+Result<std::optional<Fill>> plan_fill(DType dtype, const DummyOptions& options);
+
+// Elements [begin, end) of a tensor of `kind` (dummy::Kind) at `base`.
+void fill_host(int kind, std::byte* base, uint64_t begin, uint64_t end, const Params& p);
+}  // namespace wl::dummy

@@ -1,6 +1,6 @@
 // libweightlift_cuda.so: the GPU side of weightlift (see src/gpu/cuda_abi.h).
 // The dummy-weight kernel, which uses the same Philox and conversions as the
-// CPU fill (model/dummy_math.h), and the entry points of the CUDA runtime it
+// CPU fill (weightlift/dummy_kernel.h), and the entry points of the CUDA runtime it
 // links statically: the loader (src/gpu/loader.cpp) takes its runtime table
 // from here when the process has no libcudart already loaded.
 #include <cuda_runtime.h>

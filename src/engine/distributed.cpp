@@ -475,8 +475,6 @@ Status Runner::read_slice(uint64_t a, uint64_t b, std::byte* into) {
   auto slice = std::make_unique<LoadPlan::Body>();
   slice->plan = std::move(p);
   slice->path = b_.path;
-  slice->path.max_memory = 0;
-  slice->path.gds = false;
   slice->path.stream = fit_stream(b_.path.exchange_reads, b - a);
   slice->env = b_.env, slice->system = b_.system, slice->destination = dest.get();
   slice->ordered = b_.ordered;

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "model/dummy_math.h"
+#include "weightlift/dummy_kernel.h"
 
 extern "C" {
 

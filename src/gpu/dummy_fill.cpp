@@ -1,9 +1,8 @@
 // fill_dummy() for device memory (gpu.h): the fill planned on the host as for
-// host memory (model/dummy_internal.h), drawn by the backend's kernel.
+// host memory (dummy.h's plan_fill), drawn by the backend's kernel.
 #include <fmt/format.h>
 
 #include "gpu/api.h"
-#include "model/dummy_internal.h"
 #include "weightlift/dummy.h"
 #include "weightlift/gpu.h"
 

@@ -17,7 +17,7 @@
 
 #include <fmt/format.h>
 
-#include "model/dummy_internal.h"
+#include "weightlift/dummy.h"
 #include "weightlift/tensor.h"
 
 namespace wl::gpu::fake {

@@ -1,4 +1,4 @@
-// Dummy weights on the CPU (see weightlift/dummy.h; the math is in dummy_math.h).
+// Dummy weights on the CPU (see weightlift/dummy.h; the math is in dummy_kernel.h).
 #include "weightlift/dummy.h"
 
 #include <algorithm>
@@ -11,8 +11,7 @@
 
 #include <fmt/format.h>
 
-#include "model/dummy_internal.h"
-#include "model/dummy_math.h"
+#include "weightlift/dummy_kernel.h"
 
 namespace wl {
 namespace {

@@ -1,7 +1,9 @@
-// Shared by the CPU fill (src/model/dummy.cpp) and the CUDA kernel
-// (src/cuda/dummy.cu): the Philox generator and the bit-exact conversions,
-// written with integer operations and single IEEE roundings so that host and
-// device give identical bytes. Private header.
+// weightlift/dummy_kernel.h: the arithmetic of dummy weights (dummy.h),
+// shared by the CPU fill (src/model/dummy.cpp), the CUDA kernel
+// (src/cuda/backend.cu, through gpu/cuda_abi.h) and the fake GPU backend: the
+// Philox generator and the bit-exact conversions, written with integer
+// operations and single IEEE roundings so that host and device give identical
+// bytes. Compiled by nvcc too: no other weightlift header, C++17.
 #pragma once
 
 #include <cstdint>
