@@ -207,7 +207,6 @@ class Prefaulter {
   std::shared_ptr<State> s_;
 };
 
-
 // ---- putting bytes into regions ------------------------------------------------------
 
 // Counts asynchronous copies still in flight; the first error wins. (An

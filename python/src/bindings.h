@@ -95,11 +95,11 @@ wl::Collective* collective_from(nb::handle h);
 void bind_gpu(nb::module_& m);  // bind_gpu.cpp: devices, one tensor to a device, device memory for tests
 
 // ---- the engine, by seam (the options and plans, the loads, the sources, the policies) ----
-void bind_engine(nb::module_& m);     // bind_engine.cpp: typed options, vocabularies, dry runs of plan_load
-void bind_stream(nb::module_& m);     // bind_stream.cpp: the background load behind every iterator
-void bind_load_into(nb::module_& m);  // bind_load_into.cpp: straight into the caller's memory
-void bind_env(nb::module_& m);        // bind_env.cpp: listings and small reads through the Env
-void bind_policies(nb::module_& m);   // bind_policies.cpp: prefetch, facts, names, dummy values, configs
+void bind_engine(nb::module_& m);      // bind_engine.cpp: typed options, vocabularies, dry runs of plan_load
+void bind_stream(nb::module_& m);      // bind_stream.cpp: the background load behind every iterator
+void bind_load_into(nb::module_& m);   // bind_load_into.cpp: straight into the caller's memory
+void bind_env(nb::module_& m);         // bind_env.cpp: listings and small reads through the Env
+void bind_policies(nb::module_& m);    // bind_policies.cpp: prefetch, facts, names, dummy values, configs
 void bind_read_ahead(nb::module_& m);  // bind_read_ahead.cpp: a load's reads started before the load
 // The Env of a weightlift._core.ReadAhead (engine option "read_ahead").
 wl::Env* read_ahead_env(nb::handle h);
