@@ -504,5 +504,29 @@ TEST(ReadPath, PerFileStrategySizes) {
   EXPECT_EQ(choose(asked, f)->prefetch_block, uint64_t{1} << 20);
 }
 
+TEST(ReadPath, ReadAheadSizes) {
+  Sized f;
+  ReadRequest r = local(Strategy::kAuto);
+  r.read_ahead = true;
+  auto local_ahead = choose(r, f);
+  ASSERT_TRUE(local_ahead.ok()) << local_ahead.status().to_string();
+  EXPECT_FALSE(local_ahead->read_ahead.remote);
+  EXPECT_EQ(local_ahead->read_ahead.threads, 4);  // paging local files in
+  EXPECT_EQ(local_ahead->read_ahead.block, uint64_t{8} << 20);
+  EXPECT_EQ(local_ahead->read_ahead.max_memory, 64 * kGiB / 2);  // half the available RAM
+  ReadRequest url{.source = SourceKind::kRemote, .first_file = "s3://b/a.safetensors"};
+  url.read_ahead = true;
+  auto staged = choose(url, f);
+  EXPECT_TRUE(staged->read_ahead.remote);
+  EXPECT_EQ(staged->read_ahead.threads, 16);                // connections staging remote bytes
+  EXPECT_EQ(staged->read_ahead.max_memory, 64 * kGiB / 4);  // a quarter of it
+  url.threads = 3, url.block_size = 1 << 20, url.max_memory = 5 << 20;
+  auto asked = choose(url, f);
+  EXPECT_EQ(asked->read_ahead.threads, 3);
+  EXPECT_EQ(asked->read_ahead.block, uint64_t{1} << 20);
+  EXPECT_EQ(asked->read_ahead.max_memory, uint64_t{5} << 20);
+  EXPECT_EQ(choose(local(Strategy::kAuto), f)->read_ahead.threads, 0);  // only when asked
+}
+
 }  // namespace
 }  // namespace wl

@@ -96,6 +96,8 @@ struct ReadRequest {
   // WEIGHTLIFT_H2D_SOURCE: "auto", "slot" or "mapped" (anything else is
   // refused, naming the variable, where a rule needs it).
   std::string h2d_source = "auto";
+  // The plan is a read-ahead's (read_ahead.h): size it too (ReadPath::read_ahead).
+  bool read_ahead = false;
 };
 
 // What a destination's uploader offers (destination.h), as choose() weighs it.
@@ -152,6 +154,16 @@ struct ReadPath {
   uint64_t exchange_block = 0;
   bool exchange_arena = false;
   int scatter_threads = 0;
+  // A read-ahead of the load (read_ahead.h, asked with ReadRequest::read_ahead):
+  // its threads, block size and memory bound (local files: bytes brought into
+  // the page cache; remote ones: bytes staged and not yet consumed).
+  struct ReadAheadSetup {
+    bool remote = false;
+    int threads = 0;
+    uint64_t block = 0;
+    uint64_t max_memory = 0;
+  };
+  ReadAheadSetup read_ahead;
   // Lines for the log, in the order the rules fired; `warn` when one is a
   // warning (a prefetch that may not fit in memory).
   std::vector<std::string> log;
@@ -263,6 +275,11 @@ class GivenFacts final : public ReadFacts {
 //   per-file sizes    threads: as asked, else 8 workers (at most one per
 //                     file); prefetch: threads and block size as asked, else
 //                     8 threads of 16 MiB blocks
+//   read-ahead        (read_ahead requests) threads as asked, else 4 paging
+//                     local files in, 16 connections staging remote ones;
+//                     blocks as asked, else 8 MiB; bounded by max_memory, else
+//                     half the available RAM (page cache) or a quarter
+//                     (staging)
 // Errors: a fact that cannot be found out where a rule needs it (a file that
 // cannot be opened), GDS required but unusable, a device destination without
 // an uploader (or its ring), a bad WEIGHTLIFT_H2D_SOURCE where it is weighed.

@@ -26,13 +26,17 @@ constexpr double kMappedResidency = 0.9;
 // File views out of cold files: the stream strategy's memory cap when the caller set none.
 constexpr uint64_t kColdViewsMemory = uint64_t{256} << 20;
 
-// Asks each fact at most once (residency and the uploader are consulted by several rules).
+// Asks each fact at most once (residency, memory and the uploader are consulted by several rules).
 class Asked {
  public:
   explicit Asked(ReadFacts& f) : facts(f) {}
   Result<std::optional<double>> cached_fraction() {
     if (!cached_) cached_ = facts.cached_fraction();
     return *cached_;
+  }
+  Result<uint64_t> available_memory() {
+    if (!available_) available_ = facts.available_memory();
+    return *available_;
   }
   const std::optional<UploaderFacts>& uploader() {
     if (!uploader_asked_) uploader_ = facts.uploader(), uploader_asked_ = true;
@@ -46,15 +50,16 @@ class Asked {
 
  private:
   std::optional<Result<std::optional<double>>> cached_;
+  std::optional<Result<uint64_t>> available_;
   std::optional<UploaderFacts> uploader_;
   bool uploader_asked_ = false;
   std::optional<unsigned> cores_;
 };
 
 // The prefetch rule over the facts; nullopt (and the reason in `missing`) when a fact is missing.
-std::optional<AutoDecision> prefetch_rule(ReadFacts& facts, bool requested, std::string* missing) {
-  std::string fstype = facts.fs_type();
-  auto bytes = facts.checkpoint_bytes();
+std::optional<AutoDecision> prefetch_rule(Asked& facts, bool requested, std::string* missing) {
+  std::string fstype = facts.facts.fs_type();
+  auto bytes = facts.facts.checkpoint_bytes();
   if (!bytes.ok()) return *missing = bytes.status().to_string(), std::nullopt;
   auto avail = facts.available_memory();
   if (!avail.ok()) return *missing = avail.status().to_string(), std::nullopt;
@@ -62,7 +67,7 @@ std::optional<AutoDecision> prefetch_rule(ReadFacts& facts, bool requested, std:
 }
 
 // `auto`: which strategy runs.
-void resolve_auto(const ReadRequest& r, ReadFacts& facts, ReadPath& p) {
+void resolve_auto(const ReadRequest& r, Asked& facts, ReadPath& p) {
   if (r.dest == DestKind::kDevice) {
     p.strategy = Strategy::kStream;
     p.log.push_back("auto: stream (a " + r.device.to_string() + " destination)");
@@ -261,6 +266,21 @@ Status size_the_stream(const ReadRequest& r, Asked& facts, ReadPath& p) {
   return Status();
 }
 
+// A read-ahead's sizes (read_ahead.h).
+constexpr int kReadAheadLocalThreads = 4;
+void size_read_ahead(const ReadRequest& r, Asked& facts, ReadPath& p) {
+  ReadPath::ReadAheadSetup& a = p.read_ahead;
+  a.remote = r.source == SourceKind::kRemote;
+  a.threads = r.threads > 0 ? r.threads : a.remote ? kRemoteThreads : kReadAheadLocalThreads;
+  a.block = r.block_size > 0 ? r.block_size : kDefaultReadSize;
+  a.max_memory = r.max_memory;
+  if (a.max_memory == 0) {
+    auto avail = facts.available_memory();  // unknown: nothing read ahead beyond the block
+    const uint64_t m = avail.ok() ? *avail : 0;
+    a.max_memory = a.remote ? m / 4 : m / 2;
+  }
+}
+
 // The per-file strategies' sizes.
 void size_per_file(const ReadRequest& r, ReadPath& p) {
   if (p.strategy == Strategy::kThreads) {
@@ -304,12 +324,12 @@ Result<ReadPath> choose(const ReadRequest& r, ReadFacts& given) {
   if (r.distributed) {
     p.strategy = Strategy::kStream;
   } else if (r.strategy == Strategy::kAuto) {
-    resolve_auto(r, given, p);
+    resolve_auto(r, facts, p);
   } else if (r.dest == DestKind::kDevice && r.strategy != Strategy::kStream && !r.device_as_asked) {
     device_streams(r, p);
   } else if (r.strategy == Strategy::kPrefetch && r.source == SourceKind::kLocal && !r.first_file.empty()) {
     std::string missing;
-    p.prefetch = prefetch_rule(given, /*requested=*/true, &missing);
+    p.prefetch = prefetch_rule(facts, /*requested=*/true, &missing);
     if (p.prefetch) p.log.push_back(p.prefetch->reason), p.warn = p.prefetch->warn;
   }
   p.file_views = p.file_views && r.dest == DestKind::kHost && p.strategy != Strategy::kStream;
@@ -327,6 +347,7 @@ Result<ReadPath> choose(const ReadRequest& r, ReadFacts& given) {
     WL_RETURN_IF_ERROR(size_the_stream(r, facts, p));
   }
   size_per_file(r, p);
+  if (r.read_ahead) size_read_ahead(r, facts, p);
   return p;
 }
 

@@ -163,6 +163,18 @@ Result<LoadStats> execute(const LoadPlan& plan, const std::function<Status(Loade
 
 namespace engine {
 
+Result<LoadPlan> plan_read_ahead(const std::vector<std::string>& files, const LoadOptions& o) {
+  WL_RETURN_IF_ERROR(check_options(o));
+  auto b = std::make_unique<LoadPlan::Body>();
+  b->files = files;
+  b->env = o.env;
+  b->system = o.system;
+  WL_ASSIGN_OR_RETURN(b->plan, make_plan(files, o));
+  WL_ASSIGN_OR_RETURN(b->path, decide(files, o, b->plan, /*read_ahead=*/true));
+  b->lines = b->path.log;
+  return LoadPlan(std::move(b));
+}
+
 Destination& destination_of(const LoadPlan::Body& b) {
   return b.destination != nullptr ? *b.destination : default_destination();
 }

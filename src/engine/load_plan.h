@@ -61,4 +61,9 @@ namespace wl::engine {
 // The destination the plan's tensors land in.
 Destination& destination_of(const LoadPlan::Body& b);
 
+// The plan a read-ahead of a later load of `files` with `options` works from
+// (read_ahead.h): the tensors that load plans, in its stream order, and the
+// read-ahead's sizes (ReadPath::read_ahead). Plan now, execute later.
+Result<LoadPlan> plan_read_ahead(const std::vector<std::string>& files, const LoadOptions& options);
+
 }  // namespace wl::engine

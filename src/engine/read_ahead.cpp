@@ -19,7 +19,7 @@
 
 #include <fmt/format.h>
 
-#include "engine/plan.h"
+#include "engine/load_plan.h"
 #include "weightlift/load_options.h"
 #include "weightlift/tensor.h"
 
@@ -27,9 +27,6 @@ namespace wl {
 
 namespace {
 
-constexpr uint64_t kDefaultBlock = uint64_t{8} << 20;
-constexpr int kLocalThreads = 4;
-constexpr int kRemoteThreads = 16;
 // Ranges closer than this are read as one (alignment padding between
 // tensors); a skipped tensor (another rank's expert) is never read.
 constexpr uint64_t kMergeGap = 4096;
@@ -67,6 +64,7 @@ struct ReadAhead::State {
   std::vector<std::string> versions;             // per file: the version planned
   std::vector<int8_t> cached_;                   // local, per file: -1 not opened yet, 1 mostly cached at first open
   uint64_t staged_bytes = 0, staged_cap = 0;
+  int threads = 1;  // the plan's
   ReadAheadProgress p;
   Status status;
   std::unique_ptr<Env> env;
@@ -176,13 +174,21 @@ class StagedEnv final : public EnvWrapper {
 
 // ---- planning ----------------------------------------------------------------------------------
 
+// The load's own plan (engine::plan_read_ahead: plan now, execute later):
+// the tensors it will read, in its stream order, and the read-ahead's sizes.
 Status ReadAhead::State::plan() {
   LoadOptions lo;
   lo.env = o.env;
   lo.system = o.system;
   lo.local_experts = o.local_experts;
   lo.select = o.select;
-  WL_ASSIGN_OR_RETURN(engine::Plan plan, engine::make_plan(files, lo));
+  lo.threads = o.threads;
+  lo.block_size = o.block_size;
+  lo.max_memory = o.max_memory;
+  lo.rank = o.rank, lo.world_size = o.world_size;
+  WL_ASSIGN_OR_RETURN(LoadPlan load, engine::plan_read_ahead(files, lo));
+  const engine::Plan& plan = load.body().plan;
+  const ReadPath::ReadAheadSetup& sizes = load.path().read_ahead;
   // The stream: each file's ranges in file order, laid end to end.
   std::vector<std::pair<size_t, Range>> stream;
   uint64_t total = 0;
@@ -194,11 +200,9 @@ Status ReadAhead::State::plan() {
   const auto W = static_cast<uint64_t>(o.world_size), R = static_cast<uint64_t>(o.rank);
   const uint64_t lo_pos = total / W * R + std::min(R, total % W);
   const uint64_t hi_pos = lo_pos + total / W + (R < total % W ? 1 : 0);
-  const uint64_t block = o.block_size ? o.block_size : kDefaultBlock;
-  const bool remote = !files.empty() && is_url(files[0]);
-  uint64_t avail = 0;
-  if (auto a = available_ram_bytes(o.system); a.ok()) avail = *a;
-  const uint64_t cap = o.max_memory ? o.max_memory : (remote ? avail / 4 : avail / 2);
+  const uint64_t block = sizes.block;
+  const bool remote = sizes.remote;
+  const uint64_t cap = sizes.max_memory;
   std::vector<Block> bs;
   std::vector<std::vector<size_t>> per_file(plan.files.size());
   uint64_t pos = 0, planned = 0, capped = 0;
@@ -228,6 +232,7 @@ Status ReadAhead::State::plan() {
   cached_.assign(plan.files.size(), -1);
   for (size_t fi = 0; fi < plan.files.size(); ++fi) versions[fi] = plan.files[fi].version;
   staged_cap = std::max(cap, block);
+  threads = sizes.threads;
   p.bytes_planned = planned;
   p.bytes_capped = capped;
   p.remote = remote;
@@ -319,7 +324,7 @@ void ReadAhead::State::read_remote(size_t bi, std::vector<std::shared_ptr<Random
 
 void ReadAhead::State::read_blocks() {
   const bool remote = p.remote;
-  const int n = o.threads ? o.threads : (remote ? kRemoteThreads : kLocalThreads);
+  const int n = threads;
   std::atomic<size_t> next{0};
   const size_t count = blocks.size();
   auto worker = [&] {

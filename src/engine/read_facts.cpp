@@ -93,14 +93,17 @@ uint64_t PlanFacts::stream_bytes() {
   return n;
 }
 
-Result<ReadPath> decide(const std::vector<std::string>& files, const LoadOptions& o, const Plan& plan) {
+Result<ReadPath> decide(const std::vector<std::string>& files, const LoadOptions& o, const Plan& plan,
+                        bool read_ahead) {
   PlanFacts measured(plan, files, o);
   GivenFacts facts(&measured);
   facts.fstype = o.known.fs_type;
   facts.bytes = o.known.checkpoint_bytes;
   facts.available = o.known.available_bytes;
   facts.cached = o.known.cached_fraction;
-  return choose(read_request(files, o), facts);
+  ReadRequest r = read_request(files, o);
+  r.read_ahead = read_ahead;
+  return choose(r, facts);
 }
 
 }  // namespace engine

@@ -58,7 +58,9 @@ class PlanFacts final : public ReadFacts {
 
 // The read path of a planned load: choose() over the request of `o`, the
 // facts of `plan` and its destination, and those the caller holds
-// (LoadOptions::known). The one place the engine calls choose().
-Result<ReadPath> decide(const std::vector<std::string>& files, const LoadOptions& o, const Plan& plan);
+// (LoadOptions::known); with `read_ahead`, a read-ahead's sizes too. The one
+// place the engine calls choose().
+Result<ReadPath> decide(const std::vector<std::string>& files, const LoadOptions& o, const Plan& plan,
+                        bool read_ahead = false);
 
 }  // namespace wl::engine
