@@ -19,6 +19,7 @@
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/set.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
@@ -138,11 +139,11 @@ nb::dict plan_dict(const wl::LoadPlan& plan) {
   d["window"] = p.stream.window;
   d["copy_source"] = std::string(wl::copy_source_name(p.stream.copy_source));
   d["workers"] = p.workers;
-  d["log"] = plan.log();
+  d["log"] = inert_lines(plan.log());
   std::vector<std::string> warnings;
-  if (p.warn && p.prefetch) warnings.push_back(p.prefetch->reason);
+  if (p.warn && p.prefetch) warnings.push_back(wl::inert(p.prefetch->reason));
   d["warnings"] = warnings;
-  d["text"] = plan.describe();
+  d["text"] = inert_lines(plan.describe());
   return d;
 }
 

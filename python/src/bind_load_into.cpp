@@ -73,7 +73,7 @@ nb::dict load_into(const std::vector<std::string>& files, const PyLoadOptions& o
   std::mutex lines_mu;  // the planning thread, then the load's (prefetch progress, fallbacks)
   o.log = [&](const std::string& line) {
     std::lock_guard lk(lines_mu);
-    lines.push_back(line);
+    lines.push_back(wl::inert(line));  // lines name files and URLs
   };
   std::optional<nb::dict> plan;
   wl::Result<wl::LoadStats> r = wl::Status::Internal("not run");

@@ -48,7 +48,7 @@ class PyPrefetcher {
     po.world_size = world_size;
     po.log = [this](const std::string& line) {
       std::lock_guard lk(mu_);
-      lines_.push_back(line);
+      lines_.push_back(wl::inert(line));  // lines name files and URLs
     };
     p_ = unwrap(wl::Prefetcher::start(std::move(files), std::move(po)));
   }

@@ -48,7 +48,7 @@ class Stream {
     };
     opts_.log = [this](const std::string& line) {
       std::lock_guard lk(mu_);
-      log_.push_back(line);
+      log_.push_back(wl::inert(line));  // lines name files and URLs
     };
     worker_ = std::thread([this, files = std::move(files)] { run(files); });
   }
@@ -127,8 +127,8 @@ class Stream {
         files, opts_, [this](wl::LoadedTensor&& t) { return push(std::move(t)); },
         [this](const wl::LoadPlan& plan) {
           std::lock_guard lk(mu_);
-          plan_text_ = plan.describe();
-          if (plan.path().warn && plan.path().prefetch) warnings_.push_back(plan.path().prefetch->reason);
+          plan_text_ = inert_lines(plan.describe());
+          if (plan.path().warn && plan.path().prefetch) warnings_.push_back(wl::inert(plan.path().prefetch->reason));
         });
     std::lock_guard lk(mu_);
     if (!r.ok())

@@ -7,6 +7,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
@@ -54,6 +56,25 @@ inline PyObject* exception_type(wl::Code code) {
 }
 
 [[noreturn]] inline void raise(wl::Status s) { throw StatusError(std::move(s)); }
+
+// The engine's log lines as Python is given them: they name files and URLs,
+// so each line is inert (text.h); a multi-line text stays one line per line.
+inline std::string inert_lines(std::string_view text) {
+  std::string out;
+  for (size_t at = 0;;) {
+    const size_t nl = text.find('\n', at);
+    out += wl::inert(text.substr(at, nl == std::string_view::npos ? std::string_view::npos : nl - at));
+    if (nl == std::string_view::npos) return out;
+    out += '\n';
+    at = nl + 1;
+  }
+}
+inline std::vector<std::string> inert_lines(const std::vector<std::string>& lines) {
+  std::vector<std::string> out;
+  out.reserve(lines.size());
+  for (const std::string& line : lines) out.push_back(wl::inert(line));
+  return out;
+}
 
 template <class T>
 T unwrap(wl::Result<T>&& r) {

@@ -16,8 +16,9 @@ loads, and for the engine's rules over files and names.
 
 and the engine's vocabulary (STRATEGIES, OBJECT_SCHEMES, its errors), its
 files (listing, small reads, the weight-file rules, the NumPy cache), its
-facts (filesystem, sizes, memory), the page-cache prefetcher and the rules
-over names (experts, dummy values, remapping).
+facts (filesystem, sizes, memory), the page-cache prefetcher, the rules
+over names (experts, dummy values, remapping) and its rendering of outside
+text (inert_text, which weightlift._text offers the package).
 
 and, for weightlift.safetensors (the safetensors package's API), the same
 engine one file at a time:
@@ -376,6 +377,12 @@ def filesystem_type(path: str) -> str:
 
 def peak_rss_bytes() -> int:
     return _core.peak_rss_bytes()
+
+
+def inert_text(text: str) -> str:
+    """The engine's rendering of outside text (text.h's inert(): controls
+    escaped, URL secrets redacted); weightlift._text.inert is the package's door."""
+    return _core.inert_text(text)
 
 
 # ---- the page-cache prefetcher ----------------------------------------------------------------

@@ -2,17 +2,17 @@
 inert before Python puts it in a message or a log line: the C++ engine's own
 function (include/weightlift/text.h), so both faces render it one way.
 
-A leaf of the ground floor: imports only _core."""
+A leaf: the engine's function through the bridge (_engine)."""
 from __future__ import annotations
 
-from . import _core
+from . import _engine
 
 
 def inert(text) -> str:
     """`text` with every control character escaped visibly (ESC as \\x1b, C1 as
     \\u009b, the Unicode controls that reorder text too) and URL secrets
     (userinfo, signatures, tokens in the query) replaced by ***."""
-    return _core.inert_text(str(text))
+    return _engine.inert_text(str(text))
 
 
 def refuse_duplicate_keys(pairs: list[tuple[str, object]]) -> dict:

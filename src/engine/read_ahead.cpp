@@ -468,6 +468,10 @@ Env* ReadAhead::env() { return s_->env.get(); }
 
 // ---- populate_read -------------------------------------------------------------------------------
 
+// Threads paging mapped ranges in when the caller names none (as a read-ahead
+// of local files pages them in: choose()'s read-ahead row).
+constexpr int kPopulateThreads = 4;
+
 #ifndef MADV_POPULATE_READ
 #define MADV_POPULATE_READ 22  // Linux 5.14
 #endif
@@ -541,7 +545,7 @@ Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int thr
       }
     }
   };
-  const size_t n = std::min<size_t>(threads ? threads : kLocalThreads, std::max<size_t>(chunks.size(), 1));
+  const size_t n = std::min<size_t>(threads ? threads : kPopulateThreads, std::max<size_t>(chunks.size(), 1));
   std::vector<std::thread> ts;
   for (size_t t = 1; t < n; ++t) ts.emplace_back(worker);
   worker();

@@ -22,12 +22,12 @@ PACKAGE = pathlib.Path(__file__).resolve().parents[2] / "python" / "weightlift"
 # covers weightlift.safetensors.*) unless one of them is listed on its own.
 LAYERS: list[tuple[str, set[str]]] = [
     # the extension, the logger, engine bytes -> torch
-    ("ground", {"_core", "_log", "_tensors", "_text"}),
+    ("ground", {"_core", "_log", "_tensors"}),
     # the bridge: options and plans, the stream, the one conversion loop, the progress bar,
     # and the engine's files, facts and rules for every module above
     ("bridge", {"_engine"}),
     # small single-purpose modules: locks and files, prefetch, parameters, rules over names
-    ("leaves", {"_files", "_prefetch", "_params", "ep_weight_filter", "_vllm_extras"}),
+    ("leaves", {"_files", "_prefetch", "_params", "ep_weight_filter", "_vllm_extras", "_text"}),
     # one module per source, destination or API family
     ("features", {"_distributed", "_gpu", "_hub", "_objstore", "_configs", "_st", "_st_prefetch", "safetensors",
                   "load_into"}),
@@ -191,9 +191,9 @@ def path_round(graph, comp: list[str]) -> list[str]:
 
 
 # The modules that may call the extension: the bridge, and the families with
-# bindings of their own (safetensors files, the Hub, collectives, devices,
-# quantization configs). Nothing else imports _core.
-CORE_CALLERS = {"_engine", "_st", "_hub", "_distributed", "_gpu", "_configs"}
+# bindings of their own (the Hub, collectives, devices, quantization configs).
+# Nothing else imports _core: weightlift.safetensors (_st) and _text read through _engine.
+CORE_CALLERS = {"_engine", "_hub", "_distributed", "_gpu", "_configs"}
 MAX_CORE_CALLERS_BESIDES_THE_BRIDGE = 5
 
 

@@ -634,7 +634,7 @@ def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, co
 
 def _fs_types(files: list[str]) -> dict[str, str]:
     """{folder: the filesystem type serving it} for the files' folders."""
-    return {d: _core.filesystem_type(d) for d in {os.path.dirname(os.path.abspath(f)) for f in files}}
+    return {d: _engine.filesystem_type(d) for d in {os.path.dirname(os.path.abspath(f)) for f in files}}
 
 
 def _nbytes(dtype: str, shape) -> int:
