@@ -5,6 +5,7 @@
 // serves files while making them (the Hub's load while downloading) to that
 // source. io/ knows none of them; they all plug in through Env.
 #include <atomic>
+#include <memory>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -152,7 +153,13 @@ void register_builtin_url_schemes() {
   static Env* const http = remote::new_http_env().release();
   register_url_scheme("http", http);
   register_url_scheme("https", http);
-  for (const std::string& scheme : object_storage_schemes()) register_url_scheme(scheme, new_s3_env(scheme).release());
+  // Held here as well: a test or caller may register another source for a
+  // scheme, and these must stay reachable (and alive) all the same.
+  static std::vector<std::unique_ptr<Env>>* const stores = new std::vector<std::unique_ptr<Env>>();
+  for (const std::string& scheme : object_storage_schemes()) {
+    stores->push_back(new_s3_env(scheme));
+    register_url_scheme(scheme, stores->back().get());
+  }
 }
 
 }  // namespace
