@@ -84,7 +84,8 @@ def memcpy_bandwidth(size: int = 512 << 20, repeats: int = 3) -> dict:
     return res
 
 
-def _files(paths):
+def files_under(paths):
+    """The regular files of `paths` (files, or folders walked), in name order."""
     for p in paths:
         p = pathlib.Path(p)
         if p.is_dir():
@@ -94,7 +95,7 @@ def _files(paths):
 
 
 def drop(paths) -> None:
-    for p in _files(paths):
+    for p in files_under(paths):
         fd = os.open(p, os.O_RDONLY)
         try:
             os.fdatasync(fd)
@@ -105,7 +106,7 @@ def drop(paths) -> None:
 
 def odirect_bandwidth(paths, threads: int = 4, block: int = 8 << 20) -> dict:
     """GB/s reading the files with O_DIRECT (page cache dropped first), `threads` readers of `block` bytes."""
-    files = [p for p in _files(paths) if p.stat().st_size > 0]
+    files = [p for p in files_under(paths) if p.stat().st_size > 0]
     drop(files)
     jobs = []
     for p in files:

@@ -77,31 +77,12 @@ PROMPTS = [random.Random(i).sample(range(1, 1000), 12) for i in range(2)]  # tok
 
 # ---- page cache -------------------------------------------------------------------------------------
 
-def _files(paths):
-    for p in paths:
-        p = pathlib.Path(p)
-        if p.is_dir():
-            yield from (q for q in p.rglob("*") if q.is_file())
-        elif p.is_file():
-            yield p
-
-
-def drop(paths) -> None:
-    for p in _files(paths):
-        fd = os.open(p, os.O_RDONLY)
-        try:
-            os.fdatasync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
-
-
 def resident_fraction(paths) -> float:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
     total = resident = 0
     page = mmap.PAGESIZE
-    for p in _files(paths):
+    for p in machine.files_under(paths):
         size = p.stat().st_size
         if size == 0:
             continue
@@ -120,7 +101,7 @@ def resident_fraction(paths) -> float:
 
 
 def warm(paths) -> None:
-    for p in _files(paths):
+    for p in machine.files_under(paths):
         with open(p, "rb") as f:
             while f.read(64 << 20):
                 pass
@@ -290,7 +271,7 @@ def main() -> None:
                     if f"{group}|{label}" in skipped or rep >= runs[f"{group}|{label}"]:  # cannot run: tried once
                         continue
                     if cache == "cold":
-                        drop(cached)
+                        machine.drop(cached)
                         frac = resident_fraction(cached)
                         if frac > 0.01:
                             raise RuntimeError(f"{frac:.1%} of {cached} stayed in the page cache after dropping it")
