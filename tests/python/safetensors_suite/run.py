@@ -39,8 +39,6 @@ a failure or an error and both count the same tests passed and skipped.
 from __future__ import annotations
 
 import argparse
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -48,11 +46,12 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+from pinned_sdist import fetch_sdist  # noqa: E402  (tests/python)
 
 # version -> the sdist's SHA-256, and the control's wheels (x86-64 and arm64
 # Linux) by SHA-256 when the control is not the package this Python has.
@@ -75,28 +74,6 @@ def cache_dir(version: str) -> Path:
     return Path(root) / "safetensors-suite" / f"{version}-{RELEASES[version]['sdist_sha256'][:16]}"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _sdist_url(sdist: str, sha256: str) -> str:
-    """The sdist's URL from the package index's JSON simple API (PEP 691)."""
-    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
-    req = urllib.request.Request(f"{index}/safetensors/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        files = json.load(r)["files"]
-    for f in files:
-        if f["filename"] == sdist:
-            if f.get("hashes", {}).get("sha256", sha256) != sha256:
-                raise SystemExit(f"{sdist}: the index lists sha256 {f['hashes']['sha256']}, expected {sha256}")
-            return f["url"]
-    raise SystemExit(f"{sdist} is not on {index}")
-
-
 def fetch_tests(version: str) -> Path:
     """bindings/python/tests of the release's sdist, extracted into the cache (once)."""
     cache, sha256 = cache_dir(version), RELEASES[version]["sdist_sha256"]
@@ -106,17 +83,7 @@ def fetch_tests(version: str) -> Path:
         return tests
     cache.mkdir(parents=True, exist_ok=True)
     archive = cache / sdist
-    if not archive.is_file() or _sha256(archive) != sha256:
-        url = _sdist_url(sdist, sha256)
-        print(f"safetensors suite: downloading {url}", file=sys.stderr)
-        part = cache / (sdist + ".part")
-        with urllib.request.urlopen(url, timeout=120) as r, open(part, "wb") as out:
-            shutil.copyfileobj(r, out)
-        got = _sha256(part)
-        if got != sha256:
-            part.unlink()
-            raise SystemExit(f"{sdist}: sha256 {got}, expected {sha256}")
-        part.rename(archive)
+    fetch_sdist("safetensors", archive, sha256, label="safetensors suite", timeout=120)
     prefix = f"safetensors-{version}/bindings/python/tests/"
     staging = Path(tempfile.mkdtemp(dir=cache))
     with tarfile.open(archive) as tar:

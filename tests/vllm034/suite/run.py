@@ -37,8 +37,6 @@ from __future__ import annotations
 
 import argparse
 import collections
-import hashlib
-import json
 import os
 import re
 import shutil
@@ -46,7 +44,6 @@ import subprocess
 import sys
 import tarfile
 import tempfile
-import urllib.request
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -55,6 +52,8 @@ SDIST = f"vllm-{VERSION}.tar.gz"
 SHA256 = "fcad848b246a9d8652b47e6425af92334dc02492f9802720f54e27b823cf0113"
 TOP = f"vllm-{VERSION}/"
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parents[1] / "python"))
+from pinned_sdist import fetch_sdist  # noqa: E402  (tests/python)
 
 # The tests run, as pytest node ids under the sdist's tests/: vLLM 0.34's
 # tests of weight_utils and ep_weight_filter (whole files), the reload tests
@@ -121,41 +120,6 @@ def cache_dir() -> Path:
     return Path(root) / "vllm-suite" / f"{VERSION}-{SHA256[:16]}"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def _sdist_url() -> str:
-    """The sdist's URL from the package index's JSON simple API (PEP 691)."""
-    index = os.environ.get("PIP_INDEX_URL", "https://pypi.org/simple").rstrip("/")
-    req = urllib.request.Request(f"{index}/vllm/", headers={"Accept": "application/vnd.pypi.simple.v1+json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        files = json.load(r)["files"]
-    for f in files:
-        if f["filename"] == SDIST:
-            if f.get("hashes", {}).get("sha256", SHA256) != SHA256:
-                raise SystemExit(f"{SDIST}: the index lists sha256 {f['hashes']['sha256']}, expected {SHA256}")
-            return f["url"]
-    raise SystemExit(f"{SDIST} is not on {index}")
-
-
-def _download(archive: Path) -> None:
-    url = _sdist_url()
-    print(f"vLLM suite: downloading {url}", file=sys.stderr, flush=True)
-    part = archive.with_name(archive.name + ".part")
-    with urllib.request.urlopen(url, timeout=300) as r, open(part, "wb") as out:
-        shutil.copyfileobj(r, out)
-    got = _sha256(part)
-    if got != SHA256:
-        part.unlink()
-        raise SystemExit(f"{SDIST} from {url}: sha256 {got}, expected {SHA256}")
-    part.rename(archive)
-
-
 def fetch_tests() -> Path:
     """The sdist's tests/**/*.py, extracted into the cache once."""
     cache = cache_dir()
@@ -164,8 +128,7 @@ def fetch_tests() -> Path:
         return tests
     cache.mkdir(parents=True, exist_ok=True)
     archive = cache / SDIST
-    if not archive.is_file() or _sha256(archive) != SHA256:
-        _download(archive)
+    fetch_sdist("vllm", archive, SHA256, label="vLLM suite", timeout=300)
     staging = Path(tempfile.mkdtemp(dir=cache))
     prefix = TOP + "tests/"
     with tarfile.open(archive) as tar:
