@@ -44,11 +44,9 @@ import time
 
 import torch
 
-from .._engine import populate_read, prefaulter, read_ahead
+from .._engine import is_object_url, populate_read, prefaulter, read_ahead
 
 logger = logging.getLogger("weightlift.vllm")
-
-OBJECT_SCHEMES = ("s3://", "gs://")
 
 
 class EarlyReads:
@@ -187,7 +185,7 @@ def start(loader, model_config, tp_size: int = 1) -> EarlyReads | None:
     if not opts.read_ahead or opts.format == "npcache":
         return None
     location = loader._weights_location(model_config)
-    remote = isinstance(location, str) and location.lower().startswith(OBJECT_SCHEMES)
+    remote = is_object_url(location)
     if not remote and not os.path.isdir(location):
         logger.debug("read-ahead: %s is not a local folder or an object-storage URL", location)
         return None
