@@ -190,6 +190,44 @@ def test_a_checkpoint_truncated_under_its_mapped_parameters_fails_the_load_namin
     keep.clear()  # (never touched again: their pages are gone)
 
 
+def test_late_residency_reads_in_on_its_thread_holding_the_mappings(tmp_path):
+    """_read_ahead.LateResidency (inside load_model: the mapped pages read
+    while vLLM post-processes): the same reads as make_resident, on a thread;
+    the mapped tensors are held until they are in (a parameter the
+    post-processing drops must not take its mapping away under the thread),
+    then let go; wait() gives the figures."""
+    import gc
+    import weakref
+
+    from weightlift.vllm_plugin import _read_ahead
+
+    f, t, keep, mapped = _big_checkpoint(tmp_path)
+    views = list(keep.values())
+    kept, dropped = views[0], weakref.ref(views[1])
+    late = _read_ahead.LateResidency(mapped, views, threads=2, cpus="inherit")
+    del views, keep  # the second: what post-processing does to a repacked parameter
+    got = late.wait()
+    assert got["late"] and got["bytes"] == 2 << 20 and got["waited_seconds"] >= 0
+    _, _, a, n = mapped[0]
+    r, p = _resident_pages(a, n)
+    assert r == p and kept.data_ptr() == a
+    gc.collect()
+    assert dropped() is None  # let go once read in
+
+
+def test_late_residency_hands_a_truncated_checkpoint_to_the_waiter(tmp_path):
+    from weightlift.vllm_plugin import _read_ahead
+
+    f, _, keep, mapped = _big_checkpoint(tmp_path)
+    with open(f, "r+b") as fh:
+        fh.truncate(8192)
+    late = _read_ahead.LateResidency(mapped, list(keep.values()), threads=2, cpus="inherit")
+    with pytest.raises(RuntimeError, match="cannot be read into memory") as e:
+        late.wait()
+    assert f in str(e.value) and any(f"parameter {n}," in str(e.value) for n, *_ in mapped)
+    keep.clear()
+
+
 @pytest.mark.parametrize("option,types,on", [
     ("auto", {"/m": "ext4"}, True),
     ("auto", {"/m": "xfs", "/n": "tmpfs"}, True),

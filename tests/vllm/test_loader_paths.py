@@ -272,3 +272,82 @@ def test_tensors_the_weights_transforms_touch_are_left_to_the_model(tmp_path):
     want = dict(TransformingMapper().apply((n, t.clone()) for n, t in tensors.items()))
     for n, p in model.named_parameters():
         assert torch.equal(p.data, want[n]), n
+
+
+def _load_model_events(tmp_path, monkeypatch, fail_in_load_weights=False, **extra):
+    """Runs the loader's load_model (vLLM's BaseModelLoader.load_model around a
+    Toy: construction stubbed, post-processing recorded) and returns what
+    happened in order: create, load_weights, post, and every gc.collect(g)."""
+    import gc
+
+    from vllm.model_executor.model_loader import base_loader
+
+    tensors, _ = _checkpoint(tmp_path)
+    events: list = []
+    real_collect = gc.collect
+
+    def collect(generation=2):
+        events.append(("gc", generation))
+        return real_collect(generation)
+
+    monkeypatch.setattr(gc, "collect", collect)
+    monkeypatch.setattr(base_loader.BaseModelLoader, "create_model",
+                        lambda self, *a, **k: events.append("create") or _toy_for(tensors))
+    monkeypatch.setattr(base_loader, "process_weights_after_loading", lambda *a, **k: events.append("post"))
+    loader = _loader(**extra)
+    load_weights = loader.load_weights
+
+    def recorded_load_weights(model, model_config):
+        events.append("load_weights")
+        if fail_in_load_weights:
+            raise RuntimeError("a load that fails")
+        return load_weights(model, model_config)
+
+    loader.load_weights = recorded_load_weights
+    cfg = _config(tmp_path)
+    cfg.dtype = torch.float32
+    vllm_config = types.SimpleNamespace(device_config=types.SimpleNamespace(device="cpu"),
+                                        load_config=loader.load_config, quant_config=None)
+    try:
+        model = loader.load_model(vllm_config, cfg)
+    except RuntimeError:
+        model = None
+    assert base_loader.gc is gc  # vLLM's module as it was, whatever happened
+    if model is not None:
+        for n, p in model.named_parameters():
+            assert torch.equal(p.data, tensors[n]), n
+        s = loader.last_stats
+        if extra.get("read_ahead", True):  # mapped parameters read in while vLLM post-processed, waited for
+            assert s["mapped_tensors"] > 0 and s["mapped_populate"]["late"], s
+            assert s["mapped_populate"]["bytes"] == s["mapped_bytes"]
+        else:
+            assert "mapped_populate" not in s
+    return events
+
+
+def test_vllms_full_collection_runs_while_the_read_ahead_reads(tmp_path, monkeypatch):
+    """_collect.py: the full gc.collect() vLLM runs after load_weights runs
+    right after construction (the read-ahead reading); vLLM's call after
+    load_weights collects the young generation; the one after
+    post-processing stays full."""
+    events = _load_model_events(tmp_path, monkeypatch)
+    assert events == ["create", ("gc", 2), "load_weights", ("gc", 1), "post", ("gc", 2)], events
+
+
+def test_collect_early_false_keeps_vllms_order(tmp_path, monkeypatch):
+    from weightlift.vllm_plugin._options import Options
+
+    assert Options.parse({})[0].collect_early is True
+    with pytest.raises(ValueError, match="collect_early must be a bool, got 'no'"):
+        Options.parse({"collect_early": "no"})
+    events = _load_model_events(tmp_path, monkeypatch, collect_early=False)
+    assert events == ["create", "load_weights", ("gc", 2), "post", ("gc", 2)], events
+    # No read-ahead, no move either.
+    (tmp_path / "no-read-ahead").mkdir()
+    events = _load_model_events(tmp_path / "no-read-ahead", monkeypatch, read_ahead=False)
+    assert events == ["create", "load_weights", ("gc", 2), "post", ("gc", 2)], events
+
+
+def test_a_failed_load_model_leaves_vllms_gc_in_place(tmp_path, monkeypatch):
+    events = _load_model_events(tmp_path, monkeypatch, fail_in_load_weights=True)
+    assert events == ["create", ("gc", 2), "load_weights"], events

@@ -30,7 +30,7 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 from .. import _engine, _hub
 from .._engine import iterate, open_stream, tensors
 from .._tensors import TORCH_DTYPES, TORCH_TO_NAME
-from . import _affinity, _direct, _progress
+from . import _affinity, _collect, _direct, _progress
 from . import _read_ahead as _early
 from ._options import Options, map_params_on
 
@@ -80,15 +80,42 @@ class WeightliftModelLoader(DefaultModelLoader):
         self._first_load_of: nn.Module | None = None
         self._early: _early.EarlyReads | None = None
         self._touch: _early.FirstTouch | None = None
+        self._collector = None  # _collect._Collector during load_model with reads in flight
+        # Inside load_model with reads in flight: mapped parameters' pages are
+        # read while vLLM post-processes (_read_ahead.LateResidency), waited
+        # for before load_model returns.
+        self._residency_late = False
+        self._late: _early.LateResidency | None = None
 
     def load_model(self, vllm_config, model_config: ModelConfig, prefix: str = "") -> nn.Module:
         """vLLM's load_model (construction, load_weights, post-processing) with
         the checkpoint's reads started before construction (_read_ahead.py);
-        load_weights() places from what they read."""
+        load_weights() places from what they read; vLLM's first full garbage
+        collection runs after construction, while they read (_collect.py);
+        the last pages of mapped parameters are read while vLLM
+        post-processes (_read_ahead.LateResidency), all in memory when this
+        returns."""
         self._early = _early.start(self, model_config, _parallel()[1])
         try:
-            return super().load_model(vllm_config, model_config, prefix)
+            if self._early is None:
+                return super().load_model(vllm_config, model_config, prefix)
+            self._residency_late = True
+            if self.options.collect_early:
+                with _collect.moved_collection() as self._collector:
+                    model = super().load_model(vllm_config, model_config, prefix)
+            else:
+                model = super().load_model(vllm_config, model_config, prefix)
+            self._wait_late_residency()
+            return model
         finally:
+            self._residency_late = False
+            if self._late is not None:  # load_model failed: the thread is joined, its outcome dropped
+                late, self._late = self._late, None
+                try:
+                    late.wait()
+                except Exception as e:
+                    logger.debug("weightlift: residency after a failed load_model: %s", e)
+            self._collector = None
             early, self._early = self._early, None
             if early is not None:
                 early.close()
@@ -96,17 +123,34 @@ class WeightliftModelLoader(DefaultModelLoader):
 
     def create_model(self, vllm_config, model_config: ModelConfig, prefix: str = "") -> nn.Module:
         """vLLM's construction, each host parameter's pages faulted in on an
-        engine thread as it is allocated (_read_ahead.FirstTouch)."""
+        engine thread as it is allocated (_read_ahead.FirstTouch); then, with
+        reads in flight, vLLM's first full garbage collection (_collect.py)."""
         if not (self.options.prefault and self.options.into_params):
-            return super().create_model(vllm_config, model_config, prefix)
-        # Its thread runs beside the construction, not on its core.
-        with _affinity.widened(self.options.cpus, beside=True):
-            self._touch = _early.FirstTouch()
-        with self._touch:
-            return super().create_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
+            model = super().create_model(vllm_config, model_config, prefix)
+        else:
+            # Its thread runs beside the construction, not on its core.
+            with _affinity.widened(self.options.cpus, beside=True):
+                self._touch = _early.FirstTouch()
+            with self._touch:
+                model = super().create_model(vllm_config=vllm_config, model_config=model_config, prefix=prefix)
+        if self._collector is not None:
+            self._collector.collect_now()
+        return model
 
     def _map_params(self, model, direct, files, unprefixed, common, stats) -> None:
         _map_params_impl(model, direct, files, unprefixed, common, stats)
+
+    def _wait_late_residency(self) -> None:
+        """The end of load_model: every mapped page in memory (LateResidency);
+        a file truncated under its mapping fails the load here."""
+        late, self._late = self._late, None
+        if late is None:
+            return
+        got = late.wait()
+        stats = getattr(self, "last_stats", None)
+        if stats is not None:
+            stats["mapped_populate"] = got
+            _progress.dump_stats(stats)
 
     def _stop_first_touch(self) -> dict:
         touch, self._touch = self._touch, None
@@ -559,15 +603,20 @@ class WeightliftModelLoader(DefaultModelLoader):
                 stats["bytes_exchanged"] += p.get("bytes_exchanged", 0)
                 stats["strategy"] = p.get("strategy")
             if mapped:
-                # Every mapped page in memory before load_weights returns, as a copy leaves it.
-                t1 = time.perf_counter()
-                with _affinity.widened(opts.cpus):
-                    got = _early.make_resident([(plan.placements[n].param_name, file_of[unprefixed[n]],
-                                                 plan.placements[n].region.data_ptr(), plan.placements[n].nbytes)
-                                                for n in mapped], threads=opts.threads)
-                stats["mapped_populate"] = got
-                stats["mapped_seconds"] += time.perf_counter() - t1
-                stats["direct_seconds"] += time.perf_counter() - t1
+                ranges = [(plan.placements[n].param_name, file_of[unprefixed[n]],
+                           plan.placements[n].region.data_ptr(), plan.placements[n].nbytes) for n in mapped]
+                if self._residency_late:
+                    # Inside load_model: read on while vLLM post-processes; load_model waits for them.
+                    self._late = _early.LateResidency(ranges, [plan.placements[n].region for n in mapped],
+                                                      opts.threads, opts.cpus)
+                else:
+                    # Every mapped page in memory before load_weights returns, as a copy leaves it.
+                    t1 = time.perf_counter()
+                    with _affinity.widened(opts.cpus):
+                        got = _early.make_resident(ranges, threads=opts.threads)
+                    stats["mapped_populate"] = got
+                    stats["mapped_seconds"] += time.perf_counter() - t1
+                    stats["direct_seconds"] += time.perf_counter() - t1
         finally:
             bar.close()
         stats["rss_end"] = _progress.rss_bytes()

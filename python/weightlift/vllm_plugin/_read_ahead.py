@@ -31,15 +31,19 @@ placement started: the overlap; bytes faulted in) go to the log and to the
 loader's statistics.
 
 And the end: parameters mapped onto the checkpoint's pages (map_params) are
-read in before load_weights returns (make_resident), whatever the
-read-ahead reached; a file that cannot be (truncated under the mapping)
-fails the load there, not the first inference.
+read in before the load returns (make_resident), whatever the read-ahead
+reached: inside load_model() on a thread of their own while vLLM
+post-processes, load_model() waiting for it before it returns
+(LateResidency); a load_weights() called alone, before it returns. A file
+that cannot be (truncated under the mapping) fails the load there, not the
+first inference.
 """
 from __future__ import annotations
 
 import logging
 import os
 import re
+import threading
 import time
 
 import torch
@@ -61,7 +65,7 @@ class EarlyReads:
         self.at_placement: dict | None = None
 
     def progress(self) -> dict:
-        return dict(self.job.progress())
+        return dict(self.job.progress()) if self.job is not None else dict(self.at_placement or {})
 
     def engine_options(self) -> dict:
         """Engine options for the load's calls: remote loads read the staging."""
@@ -160,6 +164,53 @@ def make_resident(mapped: list[tuple[str, str, int, int]], threads: int = 0) -> 
         logger.info("weightlift: %.0f MB of the mapped parameters were not in memory yet: read in %.2f s",
                     got["bytes_not_resident"] / 1e6, got["seconds"])
     return got
+
+
+class LateResidency:
+    """make_resident() on a thread of its own, for a load_weights() that runs
+    inside load_model(): the mapped parameters' pages still on the disk are
+    read while vLLM post-processes and collects garbage, and load_model()
+    waits for them (wait()) before it returns. A page an access needs
+    earlier is read by that access (the kernel's page fault), so the bytes
+    are the same either way; what moves is when the disk's last reads
+    happen.
+
+    `keep`: the mapped tensors themselves, held until their pages are in:
+    post-processing may replace a parameter (vLLM's CPU backend repacks a
+    linear layer's weight and drops it), and the mapping must not go away
+    under the thread reading it in."""
+
+    def __init__(self, mapped: list[tuple[str, str, int, int]], keep: list, threads: int, cpus: str):
+        self.started = time.perf_counter()
+        self._result: dict | None = None
+        self._error: BaseException | None = None
+        self._keep = keep
+        self._thread = threading.Thread(target=self._run, args=(mapped, threads, cpus), daemon=True,
+                                        name="weightlift-residency")
+        self._thread.start()
+
+    def _run(self, mapped, threads, cpus) -> None:
+        from . import _affinity
+
+        try:
+            with _affinity.widened(cpus):  # this thread's (and its engine threads')
+                self._result = make_resident(mapped, threads=threads)
+        except BaseException as e:  # handed to wait()'s caller
+            self._error = e
+        finally:
+            self._keep = None  # the mappings may go now
+
+    def wait(self) -> dict:
+        """Joins the thread (the GIL released); its figures, plus
+        waited_seconds (how long the caller waited); its error re-raised."""
+        t = time.perf_counter()
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        got = dict(self._result or {})
+        got["waited_seconds"] = time.perf_counter() - t
+        got["late"] = True
+        return got
 
 
 def _host_ranks() -> tuple[int, int]:
