@@ -1,6 +1,7 @@
 // Helpers for the engine tests: a read-counting Env and small checkpoints.
 #pragma once
 
+#include <atomic>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -39,6 +40,8 @@ class CountingEnv : public EnvWrapper {
   // When set, every file reports this page-cache residency (cold or warm
   // on demand, whatever the kernel holds).
   std::optional<double> cached;
+  // Readahead hints given (Advice::kWillNeed).
+  std::atomic<size_t> will_need{0};
 
  private:
   mutable std::mutex mu_;
@@ -60,6 +63,7 @@ class CountingFile : public RandomAccessFile {
   // Mapping pages in reads them too (prefetch, file views): counted as a read.
   void advise(uint64_t offset, uint64_t n, Advice a) const override {
     if (a == Advice::kPopulate) env_->record({f_->path(), offset, n});
+    if (a == Advice::kWillNeed) ++env_->will_need;
     f_->advise(offset, n, a);
   }
   std::string version() const override { return f_->version(); }

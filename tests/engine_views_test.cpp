@@ -9,6 +9,7 @@
 
 #include "engine_test_util.h"
 #include "test_util.h"
+#include "weightlift/load_plan.h"
 #include "weightlift/loader.h"
 #include "weightlift/synth.h"
 #include "weightlift/weight_files.h"
@@ -102,6 +103,50 @@ TEST(EngineViews, EagerMapsAColdFileInWholeAndACachedOneTensorByTensor) {
       EXPECT_EQ(populated, std::vector<uint64_t>{size});  // one sequential pass before the first tensor
     } else {
       EXPECT_EQ(populated, (std::vector<uint64_t>{1024u * 8 * 4, 512u * 4}));  // as lazy: tensor by tensor
+    }
+  }
+}
+
+TEST(EngineViews, ViewsLeftUnreadAreReadOnlyByTheirFirstAccess) {
+  // populate_views = false: no page-in, no readahead hint, whether the file
+  // is cached or not; the bytes are the file's when the caller reads them.
+  TempDir dir;
+  std::string p = dir.file("m.safetensors");
+  write_st(p, {{"a", make_f32({1024, 8}, 1)}, {"b", make_f32({512}, 2)}});
+  LoadOptions plain;
+  plain.strategy = Strategy::kLazy;
+  auto ref = load_all({p}, plain);
+  ASSERT_TRUE(ref.ok());
+  for (Strategy s : {Strategy::kLazy, Strategy::kEager}) {
+    for (double cached : {0.0, 1.0}) {
+      testing::CountingEnv env;
+      env.cached = cached;
+      LoadOptions o;
+      o.strategy = s;
+      o.file_views = true;
+      o.populate_views = false;
+      o.direct = Toggle::kOff;
+      o.env = &env;
+      std::vector<LoadedTensor> kept;
+      auto r = load_files({p}, o, [&](LoadedTensor&& t) {
+        kept.push_back(std::move(t));
+        return Status();
+      });
+      ASSERT_TRUE(r.ok()) << r.status().to_string();
+      ASSERT_EQ(kept.size(), 2u);
+      for (auto& rec : env.reads()) {
+        const bool header = (rec.offset == 0 && rec.len == 8) || rec.offset == 8;
+        EXPECT_TRUE(header) << strategy_name(s) << " cached " << cached << ": a page-in of " << rec.len << " at "
+                            << rec.offset;
+      }
+      EXPECT_EQ(env.will_need.load(), 0u) << strategy_name(s);
+      for (auto& t : kept) {
+        ASSERT_NE(t.view.owner(), nullptr) << t.name;  // still views
+        EXPECT_EQ(0, std::memcmp(t.view.data(), ref->at(t.name).data(), ref->at(t.name).size())) << t.name;
+      }
+      auto plan = plan_load({p}, o);
+      ASSERT_TRUE(plan.ok());
+      EXPECT_NE(plan->describe().find("pages left unread"), std::string::npos) << plan->describe();
     }
   }
 }

@@ -99,6 +99,12 @@ struct LoadOptions {
   // 256 MiB): the tensors then own memory of their own, and may be handed
   // over out of checkpoint order (LoadedTensor::ordinal tells it).
   bool file_views = false;
+  // With file_views: false hands each view over with its pages neither read
+  // nor mapped (no readahead hint, no populate): the first access reads them,
+  // or the caller brings them in when it chooses (populate_read in
+  // read_ahead.h). For a caller that keeps views for later and reads them
+  // in on a thread of its own (the vLLM plug-in's mapped parameters).
+  bool populate_views = true;
 
   // The order in which each file's tensors are handed over (files stay in
   // the given order for lazy / eager / prefetch / auto):

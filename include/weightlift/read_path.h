@@ -86,6 +86,7 @@ struct ReadRequest {
   Toggle direct = Toggle::kAuto;  // O_DIRECT
   Toggle gds = Toggle::kOff;      // GPUDirect Storage (the destination's option)
   bool file_views = false;        // LoadOptions::file_views
+  bool populate_views = true;     // LoadOptions::populate_views
   uint64_t max_memory = 0;        // LoadOptions::max_memory
   int threads = 0;                // LoadOptions::threads (0: each strategy's default)
   uint64_t block_size = 0;        // LoadOptions::block_size (0: each strategy's default)
@@ -134,6 +135,7 @@ struct ReadPath {
   Strategy strategy = Strategy::kLazy;  // never kAuto
   bool direct = false;                  // the stream strategy reads with O_DIRECT
   bool file_views = false;              // whole tensors are views of private file mappings
+  bool populate_views = true;           // file_views: their pages read and mapped in as they are handed over
   bool gds = false;                     // the stream strategy reads into device memory with cuFile
   std::string gds_off;                  // why not, when it was considered ("gds=off", cuFile's refusal)
   uint64_t max_memory = 0;              // the stream's memory cap (0: none)

@@ -131,6 +131,7 @@ nb::dict plan_dict(const wl::LoadPlan& plan) {
   d["strategy"] = std::string(wl::strategy_name(p.strategy));
   d["direct"] = p.direct;
   d["file_views"] = p.file_views;
+  d["populate_views"] = p.populate_views;
   d["gds"] = p.gds;
   d["ordered"] = plan.ordered();
   d["max_memory"] = p.max_memory;
@@ -228,6 +229,9 @@ void bind_options(nb::module_& m) {
       .def_prop_rw(
           "file_views", [](const PyLoadOptions& p) { return p.o.file_views; },
           [](PyLoadOptions& p, bool v) { p.o.file_views = v; })
+      .def_prop_rw(
+          "populate_views", [](const PyLoadOptions& p) { return p.o.populate_views; },
+          [](PyLoadOptions& p, bool v) { p.o.populate_views = v; })
       .def_prop_rw("order", &PyLoadOptions::order, &PyLoadOptions::set_order)
       .def_prop_rw("rows", &PyLoadOptions::rows, &PyLoadOptions::set_rows)
       .def_prop_rw(

@@ -333,6 +333,7 @@ Result<ReadPath> choose(const ReadRequest& r, ReadFacts& given) {
     if (p.prefetch) p.log.push_back(p.prefetch->reason), p.warn = p.prefetch->warn;
   }
   p.file_views = p.file_views && r.dest == DestKind::kHost && p.strategy != Strategy::kStream;
+  p.populate_views = r.populate_views || !p.file_views;
 
   Toggle direct = r.direct;
   if (views_from_cold_files(r, facts, p)) {

@@ -37,7 +37,7 @@ std::string how(const LoadPlan::Body& b) {
   const ReadPath& p = b.path;
   std::string s(strategy_name(p.strategy));
   if (p.strategy == Strategy::kStream) s += p.gds ? " (GDS)" : p.direct ? " (O_DIRECT)" : " (buffered)";
-  if (p.file_views) s += ", file views";
+  if (p.file_views) s += p.populate_views ? ", file views" : ", file views (pages left unread)";
   if (b.ordered) s += ", checkpoint order";
   if (p.strategy == Strategy::kThreads) s += fmt::format(", {} workers", p.workers);
   if (p.strategy == Strategy::kPrefetch)

@@ -34,6 +34,7 @@ ReadRequest read_request(const std::vector<std::string>& files, const LoadOption
   r.strategy = o.strategy;
   r.direct = o.direct;
   r.file_views = o.file_views;
+  r.populate_views = o.populate_views;
   r.max_memory = o.max_memory;
   r.threads = o.threads;
   r.block_size = o.block_size;

@@ -105,15 +105,16 @@ Status load_file_lazy(const LoadPlan::Body& b, size_t fi, Destination& dest, Del
   const bool views = path.file_views;
   WL_ASSIGN_OR_RETURN(auto file, open_data(pf, b.env, views ? FileMode::kMmapPrivate : FileMode::kMmap));
   file->advise(0, file->size(), Advice::kSequential);
-  // Readahead hints walk the whole file: only where part of it is not cached.
-  if (views && !file->mostly_cached()) will_need(plan, pf, *file);
+  // Readahead hints walk the whole file: only where part of it is not cached
+  // (and not for views the caller reads in itself).
+  if (views && path.populate_views && !file->mostly_cached()) will_need(plan, pf, *file);
   PendingCopies pending;  // device destinations: copies in flight
   Status st = [&]() -> Status {
     for (size_t ti : pf.tensors) {
       if (d.stopped()) break;
       const PlannedTensor& t = plan.tensors[ti];
       if (as_view(t, path)) {
-        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/true));
+        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/path.populate_views));
         continue;
       }
       if (!t.shard && t.file_offset) {
@@ -149,13 +150,13 @@ Status load_file_eager(const LoadPlan::Body& b, size_t fi, Destination& dest, De
     WL_ASSIGN_OR_RETURN(auto file, open_data(pf, b.env, FileMode::kMmapPrivate));
     const bool cached = file->mostly_cached();
     file->advise(0, file->size(), Advice::kSequential);
-    if (!cached) file->advise(0, file->size(), Advice::kPopulate);
-    *bytes_read += file->size();
+    if (!cached && path.populate_views) file->advise(0, file->size(), Advice::kPopulate);
+    if (path.populate_views) *bytes_read += file->size();
     for (size_t ti : pf.tensors) {
       if (d.stopped()) return d.status();
       const PlannedTensor& t = plan.tensors[ti];
       if (as_view(t, path)) {
-        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/cached));
+        WL_RETURN_IF_ERROR(deliver_view(t, pf, file, d, /*populate=*/cached && path.populate_views));
         continue;
       }
       WL_RETURN_IF_ERROR(copy_from_mapping(t, pf, file, b, dest, d));
