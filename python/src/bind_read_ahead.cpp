@@ -15,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <unordered_set>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -37,7 +38,8 @@ using namespace nb::literals;
 
 std::unique_ptr<wl::ReadAhead> start(std::vector<std::string> files, int threads, uint64_t block_size,
                                      uint64_t max_memory, int rank, int world_size,
-                                     std::optional<std::set<int64_t>> local_expert_ids) {
+                                     std::optional<std::set<int64_t>> local_expert_ids,
+                                     std::optional<std::vector<std::string>> only) {
   wl::ReadAheadOptions o;
   o.threads = threads;
   o.block_size = block_size;
@@ -45,6 +47,10 @@ std::unique_ptr<wl::ReadAhead> start(std::vector<std::string> files, int threads
   o.rank = rank;
   o.world_size = world_size;
   o.local_experts = std::move(local_expert_ids);
+  if (only) {  // these tensors alone (a set the job's threads only read)
+    auto names = std::make_shared<const std::unordered_set<std::string>>(only->begin(), only->end());
+    o.select = [names](std::string_view name) { return names->contains(std::string(name)); };
+  }
   return unwrap(wl::ReadAhead::start(std::move(files), std::move(o)));
 }
 
@@ -95,7 +101,7 @@ wl::Env* read_ahead_env(nb::handle h) {
 void bind_read_ahead(nb::module_& m) {
   nb::class_<wl::ReadAhead>(m, "ReadAhead")
       .def_static("start", &start, "files"_a, "threads"_a = 0, "block_size"_a = 0, "max_memory"_a = 0, "rank"_a = 0,
-                  "world_size"_a = 1, "local_expert_ids"_a.none() = nb::none(),
+                  "world_size"_a = 1, "local_expert_ids"_a.none() = nb::none(), "only"_a.none() = nb::none(),
                   nb::call_guard<nb::gil_scoped_release>())
       .def("progress", &progress)
       .def(

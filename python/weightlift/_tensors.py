@@ -69,6 +69,15 @@ NUMPY_DTYPES = {
 }
 
 
+def nbytes(dtype: str, shape) -> int:
+    """Bytes of a listed tensor (its dtype's name, its shape); a dtype this
+    table does not size counts a byte per element."""
+    n = DTYPE_SIZES.get(dtype, 1)
+    for d in shape:
+        n *= int(d)
+    return n
+
+
 def raw_dtypes_default() -> bool:
     return os.environ.get("WEIGHTLIFT_RAW_DTYPES", "") not in ("", "0", "false", "False")
 

@@ -65,6 +65,16 @@ def test_other_ranks_experts_are_not_planned(shards):
     assert job.progress()["bytes_planned"] == 256 * 64 * 2 + 64 * 4 + 512 * 64 * 2
 
 
+def test_only_the_named_tensors_are_planned(shards):
+    from weightlift._engine import read_ahead
+
+    job = read_ahead(shards, only=["lm_head.weight", "norm.weight"])
+    assert job.wait() == ""
+    assert job.progress()["bytes_planned"] == 512 * 64 * 2 + 64 * 4
+    nothing = read_ahead(shards, only=[])
+    assert nothing.wait() == "" and nothing.progress()["bytes_planned"] == 0
+
+
 def test_bad_input_is_reported(tmp_path, shards):
     from weightlift._engine import read_ahead
 

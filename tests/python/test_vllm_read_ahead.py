@@ -6,6 +6,8 @@ the load goes on; the overlap figures at placement; stop and close."""
 from __future__ import annotations
 
 import logging
+import threading
+import time
 import types
 
 import pytest
@@ -95,3 +97,95 @@ def test_first_touch_queues_host_parameters_as_they_are_registered():
     assert got["bytes_queued"] == (big.weight.numel() * 4 if hooked else 0)
     assert got["bytes_done"] <= got["bytes_queued"]
     assert touch.stop() == {}
+
+
+class Llama:
+    """A model class as vLLM's registry gives it: what it stacks."""
+
+    packed_modules_mapping = {"qkv_proj": ["q_proj", "k_proj", "v_proj"], "gate_up_proj": ["gate_proj", "up_proj"]}
+
+
+@pytest.fixture()
+def llama(tmp_path):
+    g = torch.Generator().manual_seed(2)
+    t = {f"model.layers.0.{m}.weight": torch.randn(64, 64, generator=g).to(torch.bfloat16)
+         for m in ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj", "mlp.gate_proj",
+                   "mlp.up_proj", "mlp.down_proj")}
+    t["lm_head.weight"] = torch.randn(128, 64, generator=g).to(torch.bfloat16)
+    save_file(t, tmp_path / "model.safetensors")
+    return tmp_path, [str(tmp_path / "model.safetensors")], t
+
+
+def _until_done(early, timeout=30.0):
+    deadline = time.monotonic() + timeout
+    while not early.progress()["done"]:
+        assert time.monotonic() < deadline, early.progress()
+        time.sleep(0.01)
+    return early.progress()
+
+
+def test_what_the_load_copies_is_read_ahead_first(llama, monkeypatch):
+    """_copied_first: the stacked tensors (the model class's
+    packed_modules_mapping), which load_weights copies, in a first pass; the
+    rest (mapped, needed by the end of load_model) in a second, started once
+    the first has read everything."""
+    path, files, t = llama
+    monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: Llama)
+    early = _read_ahead.start(FakeLoader(str(path), files), CONFIG)
+    stacked = {n for n in t if any(p in n for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))}
+    first = early.jobs[0]
+    assert first.wait() == ""
+    assert first.progress()["bytes_planned"] == sum(t[n].numel() * 2 for n in stacked)
+    p = _until_done(early)
+    assert len(early.jobs) == 2 and p["parts"] == 2
+    assert p["bytes_planned"] == sum(x.numel() * 2 for x in t.values())
+    assert p["bytes_read"] + p["bytes_cached"] == p["bytes_planned"] and early.covers_everything()
+    early.close()
+
+
+@pytest.mark.parametrize("why", ["no class", "nothing stacked", "over the bound"])
+def test_one_pass_in_file_order_otherwise(llama, monkeypatch, why):
+    path, files, t = llama
+    options = Options()
+    if why == "no class":
+        monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: 1 / 0)
+    elif why == "nothing stacked":
+        monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: object)
+    else:  # the second pass could be cut short by the page-cache bound: one pass, as before
+        monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: Llama)
+        options = Options(max_memory=4096)
+    early = _read_ahead.start(FakeLoader(str(path), files, options), CONFIG)
+    assert early.jobs[0].wait() == ""
+    p = _until_done(early)
+    assert len(early.jobs) == 1 and p["parts"] == 1
+    early.close()
+
+
+class BlockedJob:
+    """A read-ahead job that runs until stopped."""
+
+    def __init__(self):
+        self.stopped = threading.Event()
+
+    def wait(self):
+        self.stopped.wait()
+        return ""
+
+    def stop(self):
+        self.stopped.set()
+
+    def progress(self):
+        return {"bytes_planned": 10, "bytes_cached": 0, "bytes_read": 5, "bytes_capped": 0, "bytes_consumed": 0,
+                "planned": True, "done": self.stopped.is_set(), "remote": False, "seconds": 0.1}
+
+
+def test_closed_before_the_first_pass_ends_the_second_never_starts():
+    started = []
+    early = _read_ahead.EarlyReads(BlockedJob(), [], False, 0, 1, then=lambda: started.append(1) or BlockedJob())
+    p = early.progress()
+    assert p["parts"] == 2 and not p["done"] and p["bytes_read"] == 5
+    early.close()
+    time.sleep(0.2)
+    assert started == [] and early.jobs == []
+    assert early.progress() == {}  # closed before placement: nothing to tell
+

@@ -30,6 +30,7 @@ from vllm.model_executor.model_loader.default_loader import DefaultModelLoader
 from .. import _engine, _hub
 from .._engine import iterate, open_stream, tensors
 from .._tensors import TORCH_DTYPES, TORCH_TO_NAME
+from .._tensors import nbytes as _nbytes
 from . import _affinity, _collect, _direct, _progress
 from . import _read_ahead as _early
 from ._options import Options, map_params_on
@@ -138,7 +139,8 @@ class WeightliftModelLoader(DefaultModelLoader):
         return model
 
     def _map_params(self, model, direct, files, unprefixed, common, stats) -> None:
-        _map_params_impl(model, direct, files, unprefixed, common, stats)
+        # Inside load_model the pages are read later (LateResidency): the views come unread.
+        _map_params_impl(model, direct, files, unprefixed, common, stats, unread=self._residency_late)
 
     def _wait_late_residency(self) -> None:
         """The end of load_model: every mapped page in memory (LateResidency);
@@ -646,14 +648,17 @@ class WeightliftModelLoader(DefaultModelLoader):
                 f"weightlift's issue tracker.")
 
 
-def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, common: dict, stats: dict) -> None:
+def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, common: dict, stats: dict,
+                     unread: bool = False) -> None:
     """map_params: every placement that is a whole host parameter whose bytes
     lie contiguously in the file becomes the checkpoint's bytes themselves:
     the parameter's storage is replaced by a zero-copy view of the file's
     pages (the engine's file views: a private copy-on-write mapping; the
     checkpoint is in the page cache, read ahead while the model was built).
     No fresh page is touched for it, no byte copied. Placements that are not
-    mapped stay in `direct` for the engine's copy."""
+    mapped stay in `direct` for the engine's copy. `unread`: the views are
+    handed over with their pages neither read nor mapped (the engine's
+    populate_views off): the caller reads them in later (LateResidency)."""
     want = {unprefixed[n]: n for n, pl in direct.items() if _direct.mappable(pl)}
     if not want:
         return
@@ -662,8 +667,8 @@ def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, co
     nbytes = 0
     params = dict(model.named_parameters(remove_duplicate=False))
     engine = {k: v for k, v in common.items() if k in ("direct", "threads", "read_ahead")}
-    for name, t in iterate(files, only=list(want), file_views=True, strategy="lazy", ordered=False,
-                           max_queued_bytes=1 << 62, **engine):
+    for name, t in iterate(files, only=list(want), file_views=True, populate_views=not unread, strategy="lazy",
+                           ordered=False, max_queued_bytes=1 << 62, **engine):
         n = want[name]
         pl = direct[n]
         with torch.no_grad():
@@ -684,15 +689,6 @@ def _map_params_impl(model, direct: dict, files: list[str], unprefixed: dict, co
 def _fs_types(files: list[str]) -> dict[str, str]:
     """{folder: the filesystem type serving it} for the files' folders."""
     return {d: _engine.filesystem_type(d) for d in {os.path.dirname(os.path.abspath(f)) for f in files}}
-
-
-def _nbytes(dtype: str, shape) -> int:
-    from .._tensors import DTYPE_SIZES
-
-    n = 1
-    for d in shape:
-        n *= int(d)
-    return n * DTYPE_SIZES.get(dtype, 1)
 
 
 def _param_device_type(model: nn.Module) -> str:

@@ -54,26 +54,58 @@ logger = logging.getLogger("weightlift.vllm")
 
 
 class EarlyReads:
-    """One read-ahead of a load_model() call (owned by the loader)."""
+    """One read-ahead of a load_model() call (owned by the loader): a job,
+    or two in a row (`then`: started on a thread of its own once the first
+    has read everything, see start()'s `first`)."""
 
-    def __init__(self, job, files: list[str], remote: bool, rank: int, world: int):
-        self.job = job
+    _SUMMED = ("bytes_planned", "bytes_cached", "bytes_read", "bytes_capped", "bytes_consumed")
+
+    def __init__(self, job, files: list[str], remote: bool, rank: int, world: int, then=None):
+        self.job = job  # the first job (remote: the one the load reads staged bytes through)
+        self.jobs = [job]
         self.files = files
         self.remote = remote
         self.rank, self.world = rank, world
         self.started = time.perf_counter()
         self.at_placement: dict | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._then_pending = then is not None
+        if then is not None:
+            threading.Thread(target=self._then, args=(job, then), daemon=True, name="weightlift-read-ahead").start()
+
+    def _then(self, first, then) -> None:
+        first.wait()  # the GIL released
+        with self._lock:
+            try:
+                if not self._closed:
+                    self.jobs.append(then())
+            except Exception as e:  # the load reads those bytes itself
+                logger.info("read-ahead: the second part not started: %s", e)
+            finally:
+                self._then_pending = False
 
     def progress(self) -> dict:
-        return dict(self.job.progress()) if self.job is not None else dict(self.at_placement or {})
+        with self._lock:
+            if self._closed:
+                return dict(self.at_placement or {})
+            ps = [dict(j.progress()) for j in self.jobs]
+            pending = self._then_pending
+        out = {k: sum(p.get(k, 0) for p in ps) for k in self._SUMMED}
+        out.update(planned=all(p["planned"] for p in ps), done=all(p["done"] for p in ps) and not pending,
+                   remote=ps[0]["remote"], seconds=max(p["seconds"] for p in ps), parts=len(ps) + pending)
+        return out
 
     def engine_options(self) -> dict:
         """Engine options for the load's calls: remote loads read the staging."""
         return {"read_ahead": self.job} if self.remote else {}
 
     def covers_everything(self) -> bool:
-        p = self.job.progress()
-        return p["planned"] and p["bytes_capped"] == 0
+        """Every byte of the load is read ahead (or is being): nothing was
+        left to the load by the memory bound (a second part still to start
+        was admitted by the same bound, see start())."""
+        p = self.progress()
+        return bool(p.get("planned")) and p.get("bytes_capped", 1) == 0
 
     def placement_starts(self) -> dict:
         """The overlap: what the job had read when the first tensor is placed."""
@@ -88,14 +120,18 @@ class EarlyReads:
         return p
 
     def close(self) -> None:
-        """Stops the job, waits for it (the GIL released) and frees its staging."""
-        job, self.job = self.job, None
-        if job is None:
-            return
-        job.stop()
-        why = job.wait()
-        if why:
-            logger.info("read-ahead: %s (the load read those bytes itself)", why)
+        """Stops the jobs, waits for them (the GIL released) and frees their staging."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            jobs, self.jobs, self.job = self.jobs, [], None
+        for job in jobs:
+            job.stop()
+        for job in jobs:
+            why = job.wait()
+            if why:
+                logger.info("read-ahead: %s (the load read those bytes itself)", why)
 
 
 class FirstTouch:
@@ -259,12 +295,63 @@ def start(loader, model_config, tp_size: int = 1) -> EarlyReads | None:
         rank, world = (0, 1) if remote else _host_ranks()
         from . import _affinity
 
-        # The job's threads run beside the construction, not on its core.
-        with _affinity.widened(opts.cpus, beside=True):
-            job = read_ahead(files, threads=opts.threads, block_size=opts.block_size, max_memory=opts.max_memory,
-                             rank=rank, world_size=world, local_expert_ids=None if experts is None else sorted(experts))
+        common = dict(threads=opts.threads, block_size=opts.block_size, max_memory=opts.max_memory, rank=rank,
+                      world_size=world, local_expert_ids=None if experts is None else sorted(experts))
+        parts = None if remote else _copied_first(model_config, files, opts.max_memory, world)
+
+        def job(only=None):
+            # The job's threads run beside the construction, not on its core.
+            with _affinity.widened(opts.cpus, beside=True):
+                return read_ahead(files, only=only, **common)
+
+        first = job(parts[0] if parts else None)
     except Exception as e:  # the load reads everything itself, as before
         logger.info("read-ahead not started: %s", e)
         return None
-    logger.debug("read-ahead started: %d files, rank %d of %d, remote %s", len(files), rank, world, remote)
-    return EarlyReads(job, [os.fspath(f) for f in files], remote, rank, world)
+    logger.debug("read-ahead started: %d files, rank %d of %d, remote %s%s", len(files), rank, world, remote,
+                 f", {len(parts[0])} stacked tensors first" if parts else "")
+    then = (lambda: job(parts[1])) if parts else None
+    return EarlyReads(first, [os.fspath(f) for f in files], remote, rank, world, then=then)
+
+
+def _copied_first(model_config, files: list[str], max_memory: int, world: int) -> tuple[list, list] | None:
+    """The read-ahead's order for local files: (the tensors the load will
+    copy, the rest), or None for one pass in file order.
+
+    The load copies into a parameter what vLLM stacks (q/k/v into qkv_proj,
+    gate/up into gate_up_proj: the model class's packed_modules_mapping,
+    known before construction) and maps whole parameters onto the page cache
+    (map_params); the copies run in load_weights, the mapped pages are needed
+    only by the end of load_model (LateResidency). Read in that order, the
+    copies find their bytes in memory when placement starts, and the disk
+    reads the rest while the copies and vLLM's post-processing run.
+
+    Two passes only when every byte of this rank's share is admitted by the
+    read-ahead's page-cache bound (max_memory, else half the available RAM),
+    so that the second pass is never cut short."""
+    try:
+        from .._engine import available_ram_bytes, list_tensors
+        from .._tensors import nbytes as _nbytes
+
+        packed = getattr(_model_class(model_config), "packed_modules_mapping", None) or {}
+        parts = {p for subs in packed.values() for p in (subs if isinstance(subs, (list, tuple)) else ())}
+        if not parts:
+            return None
+        listed = list_tensors(files)
+        total = sum(_nbytes(d, s) for _, d, s in listed)
+        if total // max(world, 1) > (max_memory or available_ram_bytes() // 2):
+            return None
+        stacked = [n for n, _, _ in listed if parts.intersection(n.split("."))]
+        rest = [n for n, _, _ in listed if not parts.intersection(n.split("."))]
+    except Exception as e:  # no model class to ask (a loader used on its own), an unreadable header
+        logger.debug("read-ahead: one pass in file order (%s)", e)
+        return None
+    return (stacked, rest) if stacked and rest else None
+
+
+def _model_class(model_config):
+    """The class vLLM will build for `model_config` (its registry; the
+    construction imports the same module)."""
+    from vllm.model_executor.model_loader.utils import get_model_architecture
+
+    return get_model_architecture(model_config)[0]
