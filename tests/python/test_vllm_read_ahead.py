@@ -143,6 +143,25 @@ def test_what_the_load_copies_is_read_ahead_first(llama, monkeypatch):
     early.close()
 
 
+def test_at_tp_above_1_the_vocabulary_parallel_tensors_come_second(llama):
+    """TP > 1: row-parallel layers (o_proj, down_proj: split on dim 1) are
+    copied too; what is mapped is the vocabulary-parallel embedding / LM head
+    (first dimension the config's vocabulary size)."""
+    path, files, t = llama
+    cfg = types.SimpleNamespace(revision=None, get_vocab_size=lambda: 128)
+    early = _read_ahead.start(FakeLoader(str(path), files), cfg, tp_size=2)
+    first = early.jobs[0]
+    assert first.wait() == ""
+    assert first.progress()["bytes_planned"] == sum(x.numel() * 2 for n, x in t.items() if n != "lm_head.weight")
+    p = _until_done(early)
+    assert p["parts"] == 2 and p["bytes_planned"] == sum(x.numel() * 2 for x in t.values())
+    early.close()
+    # No vocabulary size to tell them by: one pass.
+    early = _read_ahead.start(FakeLoader(str(path), files), CONFIG, tp_size=2)
+    assert _until_done(early)["parts"] == 1
+    early.close()
+
+
 @pytest.mark.parametrize("why", ["no class", "nothing stacked", "over the bound"])
 def test_one_pass_in_file_order_otherwise(llama, monkeypatch, why):
     path, files, t = llama

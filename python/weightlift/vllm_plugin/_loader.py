@@ -609,6 +609,7 @@ class WeightliftModelLoader(DefaultModelLoader):
                            plan.placements[n].region.data_ptr(), plan.placements[n].nbytes) for n in mapped]
                 if self._residency_late:
                     # Inside load_model: read on while vLLM post-processes; load_model waits for them.
+                    self._wait_late_residency()  # (a second load_weights in one load_model: the first's first)
                     self._late = _early.LateResidency(ranges, [plan.placements[n].region for n in mapped],
                                                       opts.threads, opts.cpus)
                 else:

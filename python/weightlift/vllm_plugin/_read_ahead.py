@@ -297,7 +297,7 @@ def start(loader, model_config, tp_size: int = 1) -> EarlyReads | None:
 
         common = dict(threads=opts.threads, block_size=opts.block_size, max_memory=opts.max_memory, rank=rank,
                       world_size=world, local_expert_ids=None if experts is None else sorted(experts))
-        parts = None if remote else _copied_first(model_config, files, opts.max_memory, world)
+        parts = None if remote else _copied_first(model_config, files, opts.max_memory, world, tp_size)
 
         def job(only=None):
             # The job's threads run beside the construction, not on its core.
@@ -309,22 +309,30 @@ def start(loader, model_config, tp_size: int = 1) -> EarlyReads | None:
         logger.info("read-ahead not started: %s", e)
         return None
     logger.debug("read-ahead started: %d files, rank %d of %d, remote %s%s", len(files), rank, world, remote,
-                 f", {len(parts[0])} stacked tensors first" if parts else "")
+                 f", {len(parts[0])} tensors to copy first" if parts else "")
     then = (lambda: job(parts[1])) if parts else None
     return EarlyReads(first, [os.fspath(f) for f in files], remote, rank, world, then=then)
 
 
-def _copied_first(model_config, files: list[str], max_memory: int, world: int) -> tuple[list, list] | None:
+def _copied_first(model_config, files: list[str], max_memory: int, world: int,
+                  tp_size: int = 1) -> tuple[list, list] | None:
     """The read-ahead's order for local files: (the tensors the load will
-    copy, the rest), or None for one pass in file order.
+    copy, the tensors it will map), or None for one pass in file order.
 
-    The load copies into a parameter what vLLM stacks (q/k/v into qkv_proj,
-    gate/up into gate_up_proj: the model class's packed_modules_mapping,
-    known before construction) and maps whole parameters onto the page cache
-    (map_params); the copies run in load_weights, the mapped pages are needed
+    The copies run in load_weights; the mapped parameters (map_params: whole
+    parameters, or dim-0 shards, made views of the page cache) are needed
     only by the end of load_model (LateResidency). Read in that order, the
     copies find their bytes in memory when placement starts, and the disk
-    reads the rest while the copies and vLLM's post-processing run.
+    reads the rest while the copies and vLLM's post-processing run. Which is
+    which is known before construction only roughly, so this guesses (a
+    wrong guess costs order, never bytes):
+
+      * TP 1: copied are what vLLM stacks (q/k/v into qkv_proj, gate/up into
+        gate_up_proj: the model class's packed_modules_mapping, from vLLM's
+        registry); every other whole parameter is mapped;
+      * TP > 1: row-parallel layers (split on dim 1) are copied too, and
+        the mapped ones are the vocabulary-parallel embeddings and LM head
+        (2-D, first dimension the config's vocabulary size).
 
     Two passes only when every byte of this rank's share is admitted by the
     read-ahead's page-cache bound (max_memory, else half the available RAM),
@@ -333,20 +341,29 @@ def _copied_first(model_config, files: list[str], max_memory: int, world: int) -
         from .._engine import available_ram_bytes, list_tensors
         from .._tensors import nbytes as _nbytes
 
-        packed = getattr(_model_class(model_config), "packed_modules_mapping", None) or {}
-        parts = {p for subs in packed.values() for p in (subs if isinstance(subs, (list, tuple)) else ())}
-        if not parts:
-            return None
+        if tp_size > 1:
+            vocab = int(model_config.get_vocab_size())
+
+            def mapped(name, shape):
+                return len(shape) == 2 and int(shape[0]) == vocab
+        else:
+            packed = getattr(_model_class(model_config), "packed_modules_mapping", None) or {}
+            parts = {p for subs in packed.values() for p in (subs if isinstance(subs, (list, tuple)) else ())}
+            if not parts:
+                return None
+
+            def mapped(name, shape):
+                return not parts.intersection(name.split("."))
         listed = list_tensors(files)
         total = sum(_nbytes(d, s) for _, d, s in listed)
         if total // max(world, 1) > (max_memory or available_ram_bytes() // 2):
             return None
-        stacked = [n for n, _, _ in listed if parts.intersection(n.split("."))]
-        rest = [n for n, _, _ in listed if not parts.intersection(n.split("."))]
-    except Exception as e:  # no model class to ask (a loader used on its own), an unreadable header
+        first = [n for n, _, s in listed if not mapped(n, s)]
+        second = [n for n, _, s in listed if mapped(n, s)]
+    except Exception as e:  # no model class or config to ask (a loader used on its own), an unreadable header
         logger.debug("read-ahead: one pass in file order (%s)", e)
         return None
-    return (stacked, rest) if stacked and rest else None
+    return (first, second) if first and second else None
 
 
 def _model_class(model_config):
