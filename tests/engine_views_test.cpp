@@ -22,6 +22,25 @@ using testing::make_f32;
 using testing::TempDir;
 using testing::write_st;
 
+// Every tensor a load hands over, held (as a consumer holds what it has not copied yet).
+Result<std::vector<LoadedTensor>> load_kept(const std::string& path, const LoadOptions& o) {
+  std::vector<LoadedTensor> kept;
+  auto r = load_files({path}, o, [&](LoadedTensor&& t) {
+    kept.push_back(std::move(t));
+    return Status();
+  });
+  if (!r.ok()) return r.status();
+  return kept;
+}
+
+// The lengths of the page-ins `env` saw (mappings' populates, reads), the header's two reads left out.
+std::vector<uint64_t> page_ins(const testing::CountingEnv& env) {
+  std::vector<uint64_t> out;
+  for (auto& rec : env.reads())
+    if (!((rec.offset == 0 && rec.len == 8) || rec.offset == 8)) out.push_back(rec.len);
+  return out;
+}
+
 TEST(EngineViews, EveryStrategyGivesTheSameBytesAsBuffers) {
   TempDir dir;
   SynthOptions so;
@@ -52,12 +71,9 @@ TEST(EngineViews, ViewsArePrivateWritableAndOutliveTheLoad) {
     LoadOptions o;
     o.strategy = s;
     o.file_views = true;
-    std::vector<LoadedTensor> kept;
-    auto r = load_files({p}, o, [&](LoadedTensor&& t) {
-      kept.push_back(std::move(t));
-      return Status();
-    });
+    auto r = load_kept(p, o);
     ASSERT_TRUE(r.ok()) << r.status().to_string();
+    std::vector<LoadedTensor> kept = std::move(*r);
     ASSERT_EQ(kept.size(), 2u);
     for (auto& t : kept) EXPECT_NE(t.view.owner(), nullptr) << t.name;
     auto* f = reinterpret_cast<float*>(const_cast<std::byte*>(kept[0].view.data()));
@@ -87,18 +103,10 @@ TEST(EngineViews, EagerMapsAColdFileInWholeAndACachedOneTensorByTensor) {
     o.file_views = true;
     o.direct = Toggle::kOff;  // views even of a cold file
     o.env = &env;
-    std::vector<LoadedTensor> kept;  // held, as a consumer holds what it has not copied yet
-    auto r = load_files({p}, o, [&](LoadedTensor&& t) {
-      kept.push_back(std::move(t));
-      return Status();
-    });
-    ASSERT_TRUE(r.ok()) << r.status().to_string();
-    ASSERT_EQ(kept.size(), 2u);
-    std::vector<uint64_t> populated;  // the mapping's page-ins, the header's two reads left out
-    for (auto& rec : env.reads()) {
-      const bool header = (rec.offset == 0 && rec.len == 8) || rec.offset == 8;
-      if (!header) populated.push_back(rec.len);
-    }
+    auto kept = load_kept(p, o);
+    ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+    ASSERT_EQ(kept->size(), 2u);
+    const std::vector<uint64_t> populated = page_ins(env);
     if (cached == 0.0) {
       EXPECT_EQ(populated, std::vector<uint64_t>{size});  // one sequential pass before the first tensor
     } else {
@@ -127,20 +135,12 @@ TEST(EngineViews, ViewsLeftUnreadAreReadOnlyByTheirFirstAccess) {
       o.populate_views = false;
       o.direct = Toggle::kOff;
       o.env = &env;
-      std::vector<LoadedTensor> kept;
-      auto r = load_files({p}, o, [&](LoadedTensor&& t) {
-        kept.push_back(std::move(t));
-        return Status();
-      });
-      ASSERT_TRUE(r.ok()) << r.status().to_string();
-      ASSERT_EQ(kept.size(), 2u);
-      for (auto& rec : env.reads()) {
-        const bool header = (rec.offset == 0 && rec.len == 8) || rec.offset == 8;
-        EXPECT_TRUE(header) << strategy_name(s) << " cached " << cached << ": a page-in of " << rec.len << " at "
-                            << rec.offset;
-      }
+      auto kept = load_kept(p, o);
+      ASSERT_TRUE(kept.ok()) << kept.status().to_string();
+      ASSERT_EQ(kept->size(), 2u);
+      EXPECT_EQ(page_ins(env), std::vector<uint64_t>{}) << strategy_name(s) << " cached " << cached;
       EXPECT_EQ(env.will_need.load(), 0u) << strategy_name(s);
-      for (auto& t : kept) {
+      for (auto& t : *kept) {
         ASSERT_NE(t.view.owner(), nullptr) << t.name;  // still views
         EXPECT_EQ(0, std::memcmp(t.view.data(), ref->at(t.name).data(), ref->at(t.name).size())) << t.name;
       }
