@@ -61,7 +61,6 @@ class EarlyReads:
     _SUMMED = ("bytes_planned", "bytes_cached", "bytes_read", "bytes_capped", "bytes_consumed")
 
     def __init__(self, job, files: list[str], remote: bool, rank: int, world: int, then=None):
-        self.job = job  # the first job (remote: the one the load reads staged bytes through)
         self.jobs = [job]
         self.files = files
         self.remote = remote
@@ -73,6 +72,11 @@ class EarlyReads:
         self._then_pending = then is not None
         if then is not None:
             threading.Thread(target=self._then, args=(job, then), daemon=True, name="weightlift-read-ahead").start()
+
+    @property
+    def job(self):
+        """The first job (remote: the one the load reads staged bytes through); None once closed."""
+        return self.jobs[0] if self.jobs else None
 
     def _then(self, first, then) -> None:
         first.wait()  # the GIL released
@@ -125,7 +129,7 @@ class EarlyReads:
             if self._closed:
                 return
             self._closed = True
-            jobs, self.jobs, self.job = self.jobs, [], None
+            jobs, self.jobs = self.jobs, []
         for job in jobs:
             job.stop()
         for job in jobs:
@@ -217,7 +221,6 @@ class LateResidency:
     under the thread reading it in."""
 
     def __init__(self, mapped: list[tuple[str, str, int, int]], keep: list, threads: int, cpus: str):
-        self.started = time.perf_counter()
         self._result: dict | None = None
         self._error: BaseException | None = None
         self._keep = keep
