@@ -40,6 +40,9 @@ class CountingEnv : public EnvWrapper {
   // When set, every file reports this page-cache residency (cold or warm
   // on demand, whatever the kernel holds).
   std::optional<double> cached;
+  // When set, the residency of a file's byte range (cached_fraction_in),
+  // before `cached`.
+  std::optional<double> cached_in;
   // Readahead hints given (Advice::kWillNeed).
   std::atomic<size_t> will_need{0};
 
@@ -68,6 +71,9 @@ class CountingFile : public RandomAccessFile {
   }
   std::string version() const override { return f_->version(); }
   double cached_fraction() const override { return env_->cached ? *env_->cached : f_->cached_fraction(); }
+  double cached_fraction_in(uint64_t offset, uint64_t n) const override {
+    return env_->cached_in ? *env_->cached_in : env_->cached ? *env_->cached : f_->cached_fraction_in(offset, n);
+  }
 
  private:
   std::shared_ptr<RandomAccessFile> f_;

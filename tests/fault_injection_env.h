@@ -186,6 +186,9 @@ class FaultInjectionEnv : public EnvWrapper {
     uint64_t size() const override { return inner_->size(); }
     std::string version() const override { return inner_->version(); }
     double cached_fraction() const override { return inner_->cached_fraction(); }
+    double cached_fraction_in(uint64_t offset, uint64_t n) const override {
+      return inner_->cached_fraction_in(offset, n);
+    }
     size_t alignment() const override { return inner_->alignment(); }
     void advise(uint64_t offset, uint64_t n, Advice a) const override { inner_->advise(offset, n, a); }
 

@@ -114,6 +114,30 @@ TEST(RandomAccessFile, PopulateKeepsAPrivateMappingCopyOnWriteAndReleaseRefaults
   EXPECT_EQ(testing::read_bytes(path), data);  // nothing reached the file
 }
 
+TEST(RandomAccessFile, TheResidencyOfARangeIsCountedExactly) {
+  TempDir dir;
+  std::string path = dir.file("f.bin");
+  testing::write_bytes(path, pattern(4 << 20));
+  int fd = ::open(path.c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0);
+  ::fsync(fd);
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // out of the page cache
+  auto f = Env::Default()->open(path, {.mode = FileMode::kMmap});
+  ASSERT_TRUE(f.ok());
+  const double cold = (*f)->cached_fraction_in(0, 4 << 20);
+  if (cold < 0) GTEST_SKIP() << "no cachestat() on this kernel";
+  if (cold >= 0.5) GTEST_SKIP() << "this filesystem keeps the pages (tmpfs?)";
+  ::posix_fadvise(fd, 0, 0, POSIX_FADV_RANDOM);  // no kernel read-ahead around it
+  char buf[4096];
+  ASSERT_EQ(::pread(fd, buf, sizeof buf, 1 << 20), static_cast<ssize_t>(sizeof buf));  // one page read in
+  ::close(fd);
+  EXPECT_EQ((*f)->cached_fraction_in(1 << 20, 4096), 1.0);
+  EXPECT_EQ((*f)->cached_fraction_in((1 << 20) + 100, 10), 1.0);  // the page holding the range
+  EXPECT_LE((*f)->cached_fraction_in(2 << 20, 1 << 20), 0.5);
+  EXPECT_EQ((*f)->cached_fraction_in(5 << 20, 10), -1.0);  // past the end: not told
+  EXPECT_EQ((*f)->cached_fraction_in(0, 0), -1.0);
+}
+
 TEST(RandomAccessFile, ShrinkingAFileGivesAnErrorNotACrash) {
   TempDir dir;
   std::string path = dir.file("f.bin");

@@ -116,6 +116,12 @@ class RandomAccessFile : public std::enable_shared_from_this<RandomAccessFile> {
   // At least 90% of the file is in the page cache: a pass that would read it
   // in (eager's whole-file read, prefetch, readahead hints) has nothing to do.
   bool mostly_cached() const { return cached_fraction() >= 0.9; }
+  // The same for bytes [offset, offset + n) alone, counted exactly
+  // (cachestat()); -1 when it cannot be told (older kernels too).
+  virtual double cached_fraction_in(uint64_t offset, uint64_t n) const {
+    (void)offset, (void)n;
+    return -1;
+  }
 
   // True for sources where every read is a network request (HTTP, S3): the
   // planner then prefers few large ranged reads and never maps the file.

@@ -109,6 +109,22 @@ double residency(int fd, uint64_t size) {
   return asked == 0 ? -1 : static_cast<double>(cached) / static_cast<double>(asked);
 }
 
+// The fraction of [offset, offset + n) in the page cache (cachestat); -1
+// when the kernel cannot tell.
+double range_residency(int fd, uint64_t size, uint64_t offset, uint64_t n) {
+  if (fd < 0 || offset >= size || n == 0) return -1;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t first = offset / page, last = (std::min(size, offset + std::min(n, size - offset)) + page - 1) / page;
+  struct {
+    uint64_t off, len;
+  } range{first * page, (last - first) * page};
+  struct {
+    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
+  } cs{};
+  if (::syscall(__NR_cachestat, fd, &range, &cs, 0) != 0) return -1;
+  return static_cast<double>(std::min(cs.nr_cache, last - first)) / static_cast<double>(last - first);
+}
+
 Status check_range(const RandomAccessFile& f, uint64_t offset, uint64_t n) {
   uint64_t end = 0;
   if (!checked_add(offset, n, &end) || end > f.size())
@@ -149,6 +165,9 @@ class PosixFile : public RandomAccessFile {
   uint64_t size() const override { return size_; }
   std::string version() const override { return version_; }
   double cached_fraction() const override { return residency(fd_.get(), size_); }
+  double cached_fraction_in(uint64_t offset, uint64_t n) const override {
+    return range_residency(fd_.get(), size_, offset, n);
+  }
   void advise(uint64_t offset, uint64_t n, Advice advice) const override { fadvise(fd_.get(), offset, n, advice); }
   Status read_at(uint64_t offset, std::span<std::byte> dst) const override {
     WL_RETURN_IF_ERROR(check_range(*this, offset, dst.size()));
