@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <atomic>
 #include <map>
+#include <set>
 #include <thread>
 
 #include "engine_test_util.h"
@@ -109,6 +110,7 @@ TEST(ReadAhead, TheRanksOfAHostReadDisjointSlicesThatCoverEverything) {
   for (int rank = 0; rank < 3; ++rank) {
     CountingEnv env;
     env.cached = 0.0;
+    env.cached_in = 1.0;  // the other ranks' slices are in the page cache: no help needed
     ReadAheadOptions o;
     o.env = &env;
     o.block_size = 256 << 10;
@@ -118,12 +120,58 @@ TEST(ReadAhead, TheRanksOfAHostReadDisjointSlicesThatCoverEverything) {
     ASSERT_TRUE((*ra)->wait().ok());
     const uint64_t mine = (*ra)->progress().bytes_read;
     EXPECT_NEAR(static_cast<double>(mine), tensors / 3.0, 1.0) << "rank " << rank;
+    EXPECT_EQ((*ra)->progress().bytes_helped, 0u);
+    EXPECT_EQ(populated(env), mine);
     sum += mine;
     for (auto& r : env.reads())
       if (r.offset > 8) seen[{r.path, r.offset}]++;
   }
   EXPECT_EQ(sum, tensors);
   for (auto& [where, n] : seen) EXPECT_EQ(n, 1) << where.first << " @" << where.second;
+}
+
+// A rank done with its slice reads what the page cache still lacks of the
+// others' (a slow rank's), its own slice first.
+TEST(ReadAhead, ARankDoneWithItsSliceHelpsWithTheOthers) {
+  TempDir dir;
+  auto files = two_files(dir);
+  const uint64_t tensors = (2 + 1 + 4) * kMiB + 4096;
+  CountingEnv env;
+  env.cached = 0.0;  // nothing cached: every other slice is helped with
+  ReadAheadOptions o;
+  o.env = &env;
+  o.threads = 1;
+  o.block_size = 256 << 10;
+  o.rank = 1, o.world_size = 3;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  ASSERT_TRUE((*ra)->wait().ok());
+  ReadAheadProgress p = (*ra)->progress();
+  EXPECT_NEAR(static_cast<double>(p.bytes_read), tensors / 3.0, 1.0);
+  EXPECT_EQ(p.bytes_read + p.bytes_helped, tensors);
+  EXPECT_EQ(populated(env), tensors);  // each byte once
+  // Its own slice first: the reads of the same rank that needed no help.
+  CountingEnv alone;
+  alone.cached = 0.0;
+  alone.cached_in = 1.0;
+  o.env = &alone;
+  ASSERT_TRUE((*ReadAhead::start(files, o))->wait().ok());
+  std::set<std::pair<std::string, uint64_t>> own, first;
+  for (auto& r : alone.reads())
+    if (r.offset > 8) own.insert({r.path, r.offset});
+  for (auto& r : env.reads())
+    if (r.offset > 8 && first.size() < own.size()) first.insert({r.path, r.offset});
+  EXPECT_EQ(first, own);
+  // Under a bound that leaves bytes to the load, no help: the bound is per rank.
+  CountingEnv tight;
+  tight.cached = 0.0;
+  o.env = &tight;
+  o.max_memory = kMiB;
+  auto capped = ReadAhead::start(files, o);
+  ASSERT_TRUE(capped.ok());
+  ASSERT_TRUE((*capped)->wait().ok());
+  EXPECT_EQ((*capped)->progress().bytes_helped, 0u);
+  EXPECT_EQ(populated(tight), (*capped)->progress().bytes_read);
 }
 
 TEST(ReadAhead, TheMemoryBoundLeavesTheRestToTheLoad) {
@@ -142,6 +190,59 @@ TEST(ReadAhead, TheMemoryBoundLeavesTheRestToTheLoad) {
   EXPECT_EQ(p.bytes_read, 3 * kMiB);
   EXPECT_EQ(p.bytes_capped, p.bytes_planned - 3 * kMiB);
   EXPECT_LE(populated(env), 3 * kMiB);
+}
+
+// The tensors named first are paged in before the others; each pass is split
+// among the ranks on its own; the bound admits the first pass first.
+TEST(ReadAhead, TheTensorsNamedFirstAreReadFirstEachPassSplitAmongTheRanks) {
+  TempDir dir;
+  auto files = two_files(dir);
+  auto first = [](std::string_view name) { return name == "lm_head.weight" || name == "model.norm.weight"; };
+  const uint64_t head = 4 * kMiB + 4096, rest = 3 * kMiB;
+  auto run = [&](int rank, int world, uint64_t max_memory, std::vector<testing::ReadRecord>* reads) {
+    CountingEnv env;
+    env.cached = 0.0;
+    ReadAheadOptions o;
+    o.env = &env;
+    o.threads = 1;  // one thread: the reads in the job's order
+    o.block_size = kMiB;
+    o.max_memory = max_memory;
+    o.rank = rank, o.world_size = world;
+    o.first = first;
+    auto ra = ReadAhead::start(files, o);
+    EXPECT_TRUE(ra.ok());
+    EXPECT_TRUE((*ra)->wait().ok());
+    for (auto& r : env.reads())
+      if (r.offset > 8) reads->push_back(r);
+    return (*ra)->progress();
+  };
+  std::vector<testing::ReadRecord> reads;
+  ReadAheadProgress p = run(0, 1, 0, &reads);
+  EXPECT_EQ(p.bytes_read, head + rest);
+  uint64_t n = 0;
+  for (size_t i = 0; i < reads.size(); ++i) {
+    const bool in_head = reads[i].path == files[1] || reads[i].offset >= 3 * kMiB;  // norm lies after the experts
+    EXPECT_EQ(in_head, n < head) << "read " << i << ": " << reads[i].path << " @" << reads[i].offset;
+    n += reads[i].len;
+  }
+  // Two ranks: each reads half of each pass, the first pass first.
+  for (int rank = 0; rank < 2; ++rank) {
+    std::vector<testing::ReadRecord> mine;
+    EXPECT_EQ(run(rank, 2, 0, &mine).bytes_read, (head + rest) / 2) << "rank " << rank;
+    uint64_t got = 0, head_bytes = 0;
+    for (auto& r : mine) {
+      if (got < head / 2) head_bytes += r.len;
+      got += r.len;
+    }
+    EXPECT_EQ(head_bytes, head / 2) << "rank " << rank;
+  }
+  // A bound of 4 MiB admits the first pass's blocks that fit (the norm and 3 of
+  // lm_head's 1 MiB blocks), nothing of the second.
+  std::vector<testing::ReadRecord> bounded;
+  p = run(0, 1, 4 * kMiB, &bounded);
+  EXPECT_EQ(p.bytes_read, 3 * kMiB + 4096);
+  EXPECT_EQ(p.bytes_capped, head + rest - p.bytes_read);
+  for (auto& r : bounded) EXPECT_TRUE(r.path == files[1] || r.offset >= 3 * kMiB) << r.path << " @" << r.offset;
 }
 
 // ---- remote sources: staging -------------------------------------------------------------------

@@ -20,7 +20,17 @@
 // ranks' experts are never read), in the load's stream order (files as
 // given, each file's tensors by offset). With world_size > 1, this rank's
 // 1/world_size of those bytes (a contiguous slice of that order): the ranks
-// of one host then warm the shared page cache once in total.
+// of one host then warm the shared page cache once in total. Local files,
+// nothing left to the load by the bound: once its slice is read, the job
+// helps with the other ranks' slices (the next rank's first), skipping the
+// blocks the page cache already holds, so that the host's read ends when
+// the disk is done rather than when its slowest rank is (the page cache
+// reads a page once however many ranks ask for it).
+//
+// Order: with `first`, two passes: the tensors it picks (in stream order),
+// then the others; each pass split among the ranks as above, the memory
+// bound admitting the first pass first. A caller that needs some tensors
+// sooner than others (the copies before the file views) names them there.
 //
 // Bounds: local files, at most `max_memory` bytes brought into the page
 // cache (0: half of the available RAM; the rest is read by the load as
@@ -61,6 +71,7 @@ struct ReadAheadOptions {
   int rank = 0, world_size = 1;
   std::optional<std::set<int64_t>> local_experts;     // as LoadOptions::local_experts
   std::function<bool(std::string_view name)> select;  // as LoadOptions::select
+  std::function<bool(std::string_view name)> first;   // see "Order" above (unset: one pass)
 };
 
 struct ReadAheadProgress {
@@ -69,6 +80,7 @@ struct ReadAheadProgress {
   uint64_t bytes_read = 0;      // read by the job so far (page cache filled, or staged)
   uint64_t bytes_capped = 0;    // left to the load by the memory bound
   uint64_t bytes_consumed = 0;  // remote: staged bytes the load has taken through env()
+  uint64_t bytes_helped = 0;    // local, world_size > 1: bytes of other ranks' slices this job read
   bool planned = false, done = false;
   bool remote = false;
   double seconds = 0;  // from start() to done (or to now)

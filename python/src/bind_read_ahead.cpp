@@ -39,7 +39,8 @@ using namespace nb::literals;
 std::unique_ptr<wl::ReadAhead> start(std::vector<std::string> files, int threads, uint64_t block_size,
                                      uint64_t max_memory, int rank, int world_size,
                                      std::optional<std::set<int64_t>> local_expert_ids,
-                                     std::optional<std::vector<std::string>> only) {
+                                     std::optional<std::vector<std::string>> only,
+                                     std::optional<std::vector<std::string>> first) {
   wl::ReadAheadOptions o;
   o.threads = threads;
   o.block_size = block_size;
@@ -47,10 +48,13 @@ std::unique_ptr<wl::ReadAhead> start(std::vector<std::string> files, int threads
   o.rank = rank;
   o.world_size = world_size;
   o.local_experts = std::move(local_expert_ids);
-  if (only) {  // these tensors alone (a set the job's threads only read)
-    auto names = std::make_shared<const std::unordered_set<std::string>>(only->begin(), only->end());
-    o.select = [names](std::string_view name) { return names->contains(std::string(name)); };
-  }
+  // Name sets (read by the job's threads only).
+  auto names_in = [](const std::vector<std::string>& names) {
+    auto set = std::make_shared<const std::unordered_set<std::string>>(names.begin(), names.end());
+    return [set](std::string_view name) { return set->contains(std::string(name)); };
+  };
+  if (only) o.select = names_in(*only);   // these tensors alone
+  if (first) o.first = names_in(*first);  // these before the others
   return unwrap(wl::ReadAhead::start(std::move(files), std::move(o)));
 }
 
@@ -62,6 +66,7 @@ nb::dict progress(const wl::ReadAhead& ra) {
   d["bytes_read"] = p.bytes_read;
   d["bytes_capped"] = p.bytes_capped;
   d["bytes_consumed"] = p.bytes_consumed;
+  d["bytes_helped"] = p.bytes_helped;
   d["planned"] = p.planned;
   d["done"] = p.done;
   d["remote"] = p.remote;
@@ -102,7 +107,7 @@ void bind_read_ahead(nb::module_& m) {
   nb::class_<wl::ReadAhead>(m, "ReadAhead")
       .def_static("start", &start, "files"_a, "threads"_a = 0, "block_size"_a = 0, "max_memory"_a = 0, "rank"_a = 0,
                   "world_size"_a = 1, "local_expert_ids"_a.none() = nb::none(), "only"_a.none() = nb::none(),
-                  nb::call_guard<nb::gil_scoped_release>())
+                  "first"_a.none() = nb::none(), nb::call_guard<nb::gil_scoped_release>())
       .def("progress", &progress)
       .def(
           "wait",

@@ -143,19 +143,21 @@ def load_into(files: Iterable[str], targets: list, **kwargs) -> dict:
 
 def read_ahead(files: Iterable[str], *, threads: int = 0, block_size: int = 0, max_memory: int = 0, rank: int = 0,
                world_size: int = 1, local_expert_ids: Iterable[int] | None = None,
-               only: Iterable[str] | None = None) -> _core.ReadAhead:
+               only: Iterable[str] | None = None, first: Iterable[str] | None = None) -> _core.ReadAhead:
     """Starts reading, on engine threads, the bytes a later load of `files`
     will need (include/weightlift/read_ahead.h): local files into the page
     cache, remote ones into staging that a load given the engine option
     `read_ahead=<this>` consumes. With world_size > 1 this rank's 1/world_size
     of the bytes; expert tensors not in local_expert_ids are never read;
-    `only`: these tensors alone (by name); bounded by max_memory (0: the
-    engine's bound). progress() tells how far it got; stop() ends it early;
-    dropping it frees its staging."""
+    `only`: these tensors alone (by name); `first`: these before the others
+    (two passes, each split among the ranks); bounded by max_memory (0: the
+    engine's bound, admitting the first pass first). progress() tells how
+    far it got; stop() ends it early; dropping it frees its staging."""
     experts = None if local_expert_ids is None else set(local_expert_ids)
     names = None if only is None else [str(n) for n in only]
+    sooner = None if first is None else [str(n) for n in first]
     return _core.ReadAhead.start([os.fspath(f) for f in files], threads, block_size, max_memory, rank, world_size,
-                                 experts, names)
+                                 experts, names, sooner)
 
 
 def prefaulter(huge_pages: bool | None = None) -> _core.Prefaulter:

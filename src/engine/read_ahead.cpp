@@ -39,6 +39,7 @@ struct Block {
   size_t file = 0;
   uint64_t offset = 0, len = 0;
   BlockState state = BlockState::kPending;
+  bool help = false;      // local: another rank's block, read only where the page cache lacks it
   Buffer data;            // remote: the staged bytes until consumed
   uint64_t consumed = 0;  // remote: bytes the load has taken
 };
@@ -95,30 +96,42 @@ struct ReadAhead::State {
 
 namespace {
 
-// The tensors' byte ranges of one planned file, by offset, neighbours merged;
-// a tensor without contiguous storage (a PyTorch file's strided view) takes
-// the whole file.
-Result<std::vector<Range>> ranges_of(const engine::Plan& plan, const engine::PlanFile& pf, Env* env) {
-  std::vector<Range> rs;
+// The byte ranges of one planned file's tensors that `pass` keeps, by
+// offset, neighbours of the same pass merged (never across a tensor of the
+// other pass: the passes' ranges do not overlap). A tensor without
+// contiguous storage (a PyTorch file's strided view) takes the whole file,
+// in the first pass.
+Result<std::vector<Range>> ranges_of(const engine::Plan& plan, const engine::PlanFile& pf, Env* env, int pass,
+                                     const std::function<bool(std::string_view)>& first) {
+  struct Tagged {
+    Range r;
+    int pass;
+  };
+  std::vector<Tagged> rs;
   for (size_t ti : pf.tensors) {
     const auto& t = plan.tensors[ti];
     if (!t.file_offset) {
+      if (pass > 0) return std::vector<Range>{};
       WL_ASSIGN_OR_RETURN(uint64_t size, env->file_size(pf.path));
       return std::vector<Range>{{0, size}};
     }
-    if (t.full_nbytes > 0) rs.push_back({*t.file_offset, t.full_nbytes});
+    if (t.full_nbytes > 0) rs.push_back({{*t.file_offset, t.full_nbytes}, first && !first(t.name) ? 1 : 0});
   }
-  std::sort(rs.begin(), rs.end(), [](const Range& a, const Range& b) { return a.offset < b.offset; });
-  std::vector<Range> merged;
-  for (const Range& r : rs) {
-    if (!merged.empty() && r.offset <= merged.back().offset + merged.back().len + kMergeGap) {
-      uint64_t end = std::max(merged.back().offset + merged.back().len, r.offset + r.len);
-      merged.back().len = end - merged.back().offset;
+  std::sort(rs.begin(), rs.end(), [](const Tagged& x, const Tagged& y) { return x.r.offset < y.r.offset; });
+  std::vector<Tagged> merged;
+  for (const Tagged& t : rs) {
+    Tagged* last = merged.empty() ? nullptr : &merged.back();
+    if (last && last->pass == t.pass && t.r.offset <= last->r.offset + last->r.len + kMergeGap) {
+      uint64_t end = std::max(last->r.offset + last->r.len, t.r.offset + t.r.len);
+      last->r.len = end - last->r.offset;
     } else {
-      merged.push_back(r);
+      merged.push_back(t);
     }
   }
-  return merged;
+  std::vector<Range> out;
+  for (const Tagged& t : merged)
+    if (t.pass == pass) out.push_back(t.r);
+  return out;
 }
 
 // A file whose staged blocks a load reads from memory.
@@ -189,40 +202,68 @@ Status ReadAhead::State::plan() {
   WL_ASSIGN_OR_RETURN(LoadPlan load, engine::plan_read_ahead(files, lo));
   const engine::Plan& plan = load.body().plan;
   const ReadPath::ReadAheadSetup& sizes = load.path().read_ahead;
-  // The stream: each file's ranges in file order, laid end to end.
-  std::vector<std::pair<size_t, Range>> stream;
-  uint64_t total = 0;
-  for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-    WL_ASSIGN_OR_RETURN(auto rs, ranges_of(plan, plan.files[fi], o.env));
-    for (const Range& r : rs) stream.push_back({fi, r}), total += r.len;
-  }
-  // This rank's slice of it, then blocks.
-  const auto W = static_cast<uint64_t>(o.world_size), R = static_cast<uint64_t>(o.rank);
-  const uint64_t lo_pos = total / W * R + std::min(R, total % W);
-  const uint64_t hi_pos = lo_pos + total / W + (R < total % W ? 1 : 0);
   const uint64_t block = sizes.block;
   const bool remote = sizes.remote;
   const uint64_t cap = sizes.max_memory;
+  const auto W = static_cast<uint64_t>(o.world_size), R = static_cast<uint64_t>(o.rank);
+  // Each pass: its ranges in file order, laid end to end; rank k's slice of
+  // it cut into blocks (slices[k]).
+  const int passes = o.first ? 2 : 1;
+  std::vector<std::vector<std::vector<Block>>> slices(passes);
+  for (int pass = 0; pass < passes; ++pass) {
+    slices[pass].resize(W);
+    std::vector<std::pair<size_t, Range>> stream;
+    uint64_t total = 0;
+    for (size_t fi = 0; fi < plan.files.size(); ++fi) {
+      WL_ASSIGN_OR_RETURN(auto rs, ranges_of(plan, plan.files[fi], o.env, pass, o.first));
+      for (const Range& r : rs) stream.push_back({fi, r}), total += r.len;
+    }
+    for (uint64_t k = 0; k < W; ++k) {
+      const uint64_t lo_pos = total / W * k + std::min(k, total % W);
+      const uint64_t hi_pos = lo_pos + total / W + (k < total % W ? 1 : 0);
+      uint64_t pos = 0;
+      for (auto& [fi, r] : stream) {
+        const uint64_t a = std::max(pos, lo_pos), b = std::min(pos + r.len, hi_pos);
+        for (uint64_t x = a; x < b; x += block) {
+          Block bl;
+          bl.file = fi;
+          bl.offset = r.offset + (x - pos);
+          bl.len = std::min(block, b - x);
+          bl.help = k != R;
+          slices[pass][k].push_back(std::move(bl));
+        }
+        pos += r.len;
+      }
+    }
+  }
+  // This rank's blocks, pass by pass, as far as the bound admits them (the
+  // rest is the load's); local and nothing left out: after each pass's own
+  // slice, the other ranks' slices of that pass, the next rank's first, each
+  // from its end (its owner reads it from the front: they meet).
   std::vector<Block> bs;
-  std::vector<std::vector<size_t>> per_file(plan.files.size());
-  uint64_t pos = 0, planned = 0, capped = 0;
-  for (auto& [fi, r] : stream) {
-    const uint64_t a = std::max(pos, lo_pos), b = std::min(pos + r.len, hi_pos);
-    for (uint64_t x = a; x < b; x += block) {
-      Block bl;
-      bl.file = fi;
-      bl.offset = r.offset + (x - pos);
-      bl.len = std::min(block, b - x);
+  uint64_t planned = 0, capped = 0;
+  for (auto& pass : slices)
+    for (Block& bl : pass[R]) {
       planned += bl.len;
       if (!remote && planned > cap) {  // local: what would overflow the page-cache bound is left to the load
         capped += bl.len;
         continue;
       }
-      per_file[fi].push_back(bs.size());
       bs.push_back(std::move(bl));
     }
-    pos += r.len;
+  if (!remote && capped == 0 && W > 1) {
+    std::vector<Block> ordered;
+    size_t own = 0;
+    for (auto& pass : slices) {
+      for (size_t i = 0; i < pass[R].size(); ++i) ordered.push_back(std::move(bs[own++]));
+      for (uint64_t d = 1; d < W; ++d)
+        for (auto it = pass[(R + d) % W].rbegin(); it != pass[(R + d) % W].rend(); ++it)
+          ordered.push_back(std::move(*it));
+    }
+    bs = std::move(ordered);
   }
+  std::vector<std::vector<size_t>> per_file(plan.files.size());
+  for (size_t bi = 0; bi < bs.size(); ++bi) per_file[bs[bi].file].push_back(bi);
   std::lock_guard lk(mu);
   blocks = std::move(bs);
   file_blocks = std::move(per_file);
@@ -268,6 +309,9 @@ void ReadAhead::State::read_local(size_t bi, std::vector<std::shared_ptr<RandomA
     if (cached_[fi] < 0) cached_[fi] = (*f)->mostly_cached() ? 1 : 0;
     cached = cached_[fi] == 1;
   }
+  const bool help = blocks[bi].help;  // set before the threads start
+  // Another rank's block that rank (or the load) has read already: nothing to do.
+  if (help && !cached && (*f)->cached_fraction_in(off, len) >= 1.0) cached = true;
   if (!cached) {
     // Pages faulted in (read from disk into the page cache) and unmapped
     // again: the page cache keeps them, this process holds nothing.
@@ -276,7 +320,11 @@ void ReadAhead::State::read_local(size_t bi, std::vector<std::shared_ptr<RandomA
   }
   std::lock_guard lk(mu);
   blocks[bi].state = BlockState::kStaged;
-  (cached ? p.bytes_cached : p.bytes_read) += len;
+  if (help) {
+    if (!cached) p.bytes_helped += len;
+  } else {
+    (cached ? p.bytes_cached : p.bytes_read) += len;
+  }
 }
 
 void ReadAhead::State::read_remote(size_t bi, std::vector<std::shared_ptr<RandomAccessFile>>& open) {

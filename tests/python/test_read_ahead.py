@@ -75,6 +75,17 @@ def test_only_the_named_tensors_are_planned(shards):
     assert nothing.wait() == "" and nothing.progress()["bytes_planned"] == 0
 
 
+def test_the_tensors_named_first_change_the_order_not_the_bytes(shards):
+    from weightlift._engine import read_ahead
+
+    whole = read_ahead(shards)
+    assert whole.wait() == ""
+    job = read_ahead(shards, first=["lm_head.weight"], threads=1)
+    assert job.wait() == ""
+    assert job.progress()["bytes_planned"] == whole.progress()["bytes_planned"]
+    assert job.progress()["bytes_capped"] == 0
+
+
 def test_bad_input_is_reported(tmp_path, shards):
     from weightlift._engine import read_ahead
 

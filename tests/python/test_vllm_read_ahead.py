@@ -124,59 +124,71 @@ def _until_done(early, timeout=30.0):
     return early.progress()
 
 
-def test_what_the_load_copies_is_read_ahead_first(llama, monkeypatch):
+@pytest.fixture()
+def asked(monkeypatch):
+    """The engine read-ahead's arguments, recorded (the job still starts)."""
+    calls = []
+    real = _read_ahead.read_ahead
+
+    def recording(files, **kw):
+        calls.append(kw)
+        return real(files, **kw)
+
+    monkeypatch.setattr(_read_ahead, "read_ahead", recording)
+    return calls
+
+
+def test_what_the_load_copies_is_read_ahead_first(llama, monkeypatch, asked):
     """_copied_first: the stacked tensors (the model class's
-    packed_modules_mapping), which load_weights copies, in a first pass; the
-    rest (mapped, needed by the end of load_model) in a second, started once
-    the first has read everything."""
+    packed_modules_mapping), which load_weights copies, are the engine job's
+    first pass; the rest (mapped, needed by the end of load_model) follow in
+    the same job."""
     path, files, t = llama
     monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: Llama)
     early = _read_ahead.start(FakeLoader(str(path), files), CONFIG)
     stacked = {n for n in t if any(p in n for p in ("q_proj", "k_proj", "v_proj", "gate_proj", "up_proj"))}
-    first = early.jobs[0]
-    assert first.wait() == ""
-    assert first.progress()["bytes_planned"] == sum(t[n].numel() * 2 for n in stacked)
+    assert len(asked) == 1 and set(asked[0]["first"]) == stacked
     p = _until_done(early)
-    assert len(early.jobs) == 2 and p["parts"] == 2
     assert p["bytes_planned"] == sum(x.numel() * 2 for x in t.values())
     assert p["bytes_read"] + p["bytes_cached"] == p["bytes_planned"] and early.covers_everything()
     early.close()
 
 
-def test_at_tp_above_1_the_vocabulary_parallel_tensors_come_second(llama):
+def test_at_tp_above_1_the_vocabulary_parallel_tensors_come_second(llama, asked):
     """TP > 1: row-parallel layers (o_proj, down_proj: split on dim 1) are
     copied too; what is mapped is the vocabulary-parallel embedding / LM head
     (first dimension the config's vocabulary size)."""
     path, files, t = llama
     cfg = types.SimpleNamespace(revision=None, get_vocab_size=lambda: 128)
     early = _read_ahead.start(FakeLoader(str(path), files), cfg, tp_size=2)
-    first = early.jobs[0]
-    assert first.wait() == ""
-    assert first.progress()["bytes_planned"] == sum(x.numel() * 2 for n, x in t.items() if n != "lm_head.weight")
-    p = _until_done(early)
-    assert p["parts"] == 2 and p["bytes_planned"] == sum(x.numel() * 2 for x in t.values())
+    assert set(asked[-1]["first"]) == set(t) - {"lm_head.weight"}
+    assert _until_done(early)["bytes_planned"] == sum(x.numel() * 2 for x in t.values())
     early.close()
     # No vocabulary size to tell them by: one pass.
     early = _read_ahead.start(FakeLoader(str(path), files), CONFIG, tp_size=2)
-    assert _until_done(early)["parts"] == 1
+    assert asked[-1]["first"] is None
     early.close()
 
 
-@pytest.mark.parametrize("why", ["no class", "nothing stacked", "over the bound"])
-def test_one_pass_in_file_order_otherwise(llama, monkeypatch, why):
+@pytest.mark.parametrize("why", ["no class", "nothing stacked"])
+def test_one_pass_in_file_order_otherwise(llama, monkeypatch, asked, why):
     path, files, t = llama
-    options = Options()
-    if why == "no class":
-        monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: 1 / 0)
-    elif why == "nothing stacked":
-        monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: object)
-    else:  # the second pass could be cut short by the page-cache bound: one pass, as before
-        monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: Llama)
-        options = Options(max_memory=4096)
-    early = _read_ahead.start(FakeLoader(str(path), files, options), CONFIG)
-    assert early.jobs[0].wait() == ""
+    monkeypatch.setattr(_read_ahead, "_model_class", (lambda cfg: 1 / 0) if why == "no class" else (lambda cfg: object))
+    early = _read_ahead.start(FakeLoader(str(path), files), CONFIG)
+    assert asked[-1]["first"] is None
+    assert _until_done(early)["bytes_planned"] == sum(x.numel() * 2 for x in t.values())
+    early.close()
+
+
+def test_a_tight_bound_keeps_the_order_and_leaves_the_rest_to_the_load(llama, monkeypatch, asked):
+    """The page-cache bound admits the first pass first (the engine's one
+    bound; nothing restated here): what is left is the load's."""
+    path, files, t = llama
+    monkeypatch.setattr(_read_ahead, "_model_class", lambda cfg: Llama)
+    early = _read_ahead.start(FakeLoader(str(path), files, Options(max_memory=4 * 64 * 64 * 2)), CONFIG)
+    assert asked[-1]["first"] and asked[-1]["max_memory"] == 4 * 64 * 64 * 2
     p = _until_done(early)
-    assert len(early.jobs) == 1 and p["parts"] == 1
+    assert p["bytes_capped"] > 0 and not early.covers_everything()
     early.close()
 
 
@@ -198,13 +210,13 @@ class BlockedJob:
                 "planned": True, "done": self.stopped.is_set(), "remote": False, "seconds": 0.1}
 
 
-def test_closed_before_the_first_pass_ends_the_second_never_starts():
-    started = []
-    early = _read_ahead.EarlyReads(BlockedJob(), [], False, 0, 1, then=lambda: started.append(1) or BlockedJob())
+def test_close_stops_the_job_and_what_it_did_stays_told():
+    job = BlockedJob()
+    early = _read_ahead.EarlyReads(job, [], False, 0, 1)
     p = early.progress()
-    assert p["parts"] == 2 and not p["done"] and p["bytes_read"] == 5
+    assert not p["done"] and p["bytes_read"] == 5
     early.close()
-    time.sleep(0.2)
-    assert started == [] and early.jobs == []
+    assert job.stopped.is_set() and early.job is None
     assert early.progress() == {}  # closed before placement: nothing to tell
+    early.close()  # twice: nothing more
 

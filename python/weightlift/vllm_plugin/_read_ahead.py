@@ -54,51 +54,20 @@ logger = logging.getLogger("weightlift.vllm")
 
 
 class EarlyReads:
-    """One read-ahead of a load_model() call (owned by the loader): a job,
-    or two in a row (`then`: started on a thread of its own once the first
-    has read everything, see start()'s `first`)."""
+    """The read-ahead of one load_model() call (owned by the loader): an
+    engine job and what it had done when placement started."""
 
-    _SUMMED = ("bytes_planned", "bytes_cached", "bytes_read", "bytes_capped", "bytes_consumed")
-
-    def __init__(self, job, files: list[str], remote: bool, rank: int, world: int, then=None):
-        self.jobs = [job]
+    def __init__(self, job, files: list[str], remote: bool, rank: int, world: int):
+        self.job = job  # None once closed
         self.files = files
         self.remote = remote
         self.rank, self.world = rank, world
         self.started = time.perf_counter()
         self.at_placement: dict | None = None
-        self._lock = threading.Lock()
-        self._closed = False
-        self._then_pending = then is not None
-        if then is not None:
-            threading.Thread(target=self._then, args=(job, then), daemon=True, name="weightlift-read-ahead").start()
-
-    @property
-    def job(self):
-        """The first job (remote: the one the load reads staged bytes through); None once closed."""
-        return self.jobs[0] if self.jobs else None
-
-    def _then(self, first, then) -> None:
-        first.wait()  # the GIL released
-        with self._lock:
-            try:
-                if not self._closed:
-                    self.jobs.append(then())
-            except Exception as e:  # the load reads those bytes itself
-                logger.info("read-ahead: the second part not started: %s", e)
-            finally:
-                self._then_pending = False
 
     def progress(self) -> dict:
-        with self._lock:
-            if self._closed:
-                return dict(self.at_placement or {})
-            ps = [dict(j.progress()) for j in self.jobs]
-            pending = self._then_pending
-        out = {k: sum(p.get(k, 0) for p in ps) for k in self._SUMMED}
-        out.update(planned=all(p["planned"] for p in ps), done=all(p["done"] for p in ps) and not pending,
-                   remote=ps[0]["remote"], seconds=max(p["seconds"] for p in ps), parts=len(ps) + pending)
-        return out
+        job = self.job
+        return dict(job.progress()) if job is not None else dict(self.at_placement or {})
 
     def engine_options(self) -> dict:
         """Engine options for the load's calls: remote loads read the staging."""
@@ -106,8 +75,7 @@ class EarlyReads:
 
     def covers_everything(self) -> bool:
         """Every byte of the load is read ahead (or is being): nothing was
-        left to the load by the memory bound (a second part still to start
-        was admitted by the same bound, see start())."""
+        left to the load by the memory bound."""
         p = self.progress()
         return bool(p.get("planned")) and p.get("bytes_capped", 1) == 0
 
@@ -117,25 +85,23 @@ class EarlyReads:
         p["since_start_seconds"] = time.perf_counter() - self.started
         self.at_placement = p
         mb = 1e6
-        logger.info("Read ahead while the model was built: %.0f of %.0f MB in %.2f s (%.0f MB were cached already%s)",
+        helped = p.get("bytes_helped", 0)
+        logger.info("Read ahead while the model was built: %.0f of %.0f MB in %.2f s (%.0f MB were cached already%s%s)",
                     p["bytes_read"] / mb, (p["bytes_planned"] - p["bytes_cached"]) / mb,
                     p["since_start_seconds"], p["bytes_cached"] / mb,
+                    f"; {helped / mb:.0f} MB of other ranks' shares" if helped else "",
                     "; done" if p["done"] else "; still reading")
         return p
 
     def close(self) -> None:
-        """Stops the jobs, waits for them (the GIL released) and frees their staging."""
-        with self._lock:
-            if self._closed:
-                return
-            self._closed = True
-            jobs, self.jobs = self.jobs, []
-        for job in jobs:
-            job.stop()
-        for job in jobs:
-            why = job.wait()
-            if why:
-                logger.info("read-ahead: %s (the load read those bytes itself)", why)
+        """Stops the job, waits for it (the GIL released) and frees its staging."""
+        job, self.job = self.job, None
+        if job is None:
+            return
+        job.stop()
+        why = job.wait()
+        if why:
+            logger.info("read-ahead: %s (the load read those bytes itself)", why)
 
 
 class FirstTouch:
@@ -298,29 +264,24 @@ def start(loader, model_config, tp_size: int = 1) -> EarlyReads | None:
         rank, world = (0, 1) if remote else _host_ranks()
         from . import _affinity
 
-        common = dict(threads=opts.threads, block_size=opts.block_size, max_memory=opts.max_memory, rank=rank,
-                      world_size=world, local_expert_ids=None if experts is None else sorted(experts))
-        parts = None if remote else _copied_first(model_config, files, opts.max_memory, world, tp_size)
-
-        def job(only=None):
-            # The job's threads run beside the construction, not on its core.
-            with _affinity.widened(opts.cpus, beside=True):
-                return read_ahead(files, only=only, **common)
-
-        first = job(parts[0] if parts else None)
+        first = None if remote else _copied_first(model_config, files, tp_size)
+        # The job's threads run beside the construction, not on its core.
+        with _affinity.widened(opts.cpus, beside=True):
+            job = read_ahead(files, threads=opts.threads, block_size=opts.block_size, max_memory=opts.max_memory,
+                             rank=rank, world_size=world,
+                             local_expert_ids=None if experts is None else sorted(experts), first=first)
     except Exception as e:  # the load reads everything itself, as before
         logger.info("read-ahead not started: %s", e)
         return None
     logger.debug("read-ahead started: %d files, rank %d of %d, remote %s%s", len(files), rank, world, remote,
-                 f", {len(parts[0])} tensors to copy first" if parts else "")
-    then = (lambda: job(parts[1])) if parts else None
-    return EarlyReads(first, [os.fspath(f) for f in files], remote, rank, world, then=then)
+                 f", {len(first)} tensors to copy first" if first else "")
+    return EarlyReads(job, [os.fspath(f) for f in files], remote, rank, world)
 
 
-def _copied_first(model_config, files: list[str], max_memory: int, world: int,
-                  tp_size: int = 1) -> tuple[list, list] | None:
-    """The read-ahead's order for local files: (the tensors the load will
-    copy, the tensors it will map), or None for one pass in file order.
+def _copied_first(model_config, files: list[str], tp_size: int = 1) -> list[str] | None:
+    """The tensors the load will copy, which the read-ahead reads before
+    the ones it will map (the engine's `first`), or None for one pass in
+    file order.
 
     The copies run in load_weights; the mapped parameters (map_params: whole
     parameters, or dim-0 shards, made views of the page cache) are needed
@@ -335,14 +296,9 @@ def _copied_first(model_config, files: list[str], max_memory: int, world: int,
         registry); every other whole parameter is mapped;
       * TP > 1: row-parallel layers (split on dim 1) are copied too, and
         the mapped ones are the vocabulary-parallel embeddings and LM head
-        (2-D, first dimension the config's vocabulary size).
-
-    Two passes only when every byte of this rank's share is admitted by the
-    read-ahead's page-cache bound (max_memory, else half the available RAM),
-    so that the second pass is never cut short."""
+        (2-D, first dimension the config's vocabulary size)."""
     try:
-        from .._engine import available_ram_bytes, list_tensors
-        from .._tensors import nbytes as _nbytes
+        from .._engine import list_tensors
 
         if tp_size > 1:
             vocab = int(model_config.get_vocab_size())
@@ -358,15 +314,11 @@ def _copied_first(model_config, files: list[str], max_memory: int, world: int,
             def mapped(name, shape):
                 return not parts.intersection(name.split("."))
         listed = list_tensors(files)
-        total = sum(_nbytes(d, s) for _, d, s in listed)
-        if total // max(world, 1) > (max_memory or available_ram_bytes() // 2):
-            return None
         first = [n for n, _, s in listed if not mapped(n, s)]
-        second = [n for n, _, s in listed if mapped(n, s)]
     except Exception as e:  # no model class or config to ask (a loader used on its own), an unreadable header
         logger.debug("read-ahead: one pass in file order (%s)", e)
         return None
-    return (first, second) if first and second else None
+    return first if first and len(first) < len(listed) else None
 
 
 def _model_class(model_config):
