@@ -83,17 +83,24 @@ double sampled_residency(int fd, uint64_t size) {
 #define __NR_cachestat 451  // Linux 6.5, the same number on every architecture
 #endif
 
-// Fraction of a sample of the file's pages in the page cache (0..1), or -1:
-// cachestat() over 64 stretches of 16 pages spread evenly (counting a whole
-// large file costs a walk of every page), or, on kernels before 6.5, mincore.
-double residency(int fd, uint64_t size) {
-  if (fd < 0 || size == 0) return -1;
+// Pages of [first_page, first_page + pages) the page cache holds
+// (cachestat(), Linux 6.5), or -1 with errno set when the kernel cannot tell.
+int64_t cached_pages(int fd, uint64_t first_page, uint64_t pages, uint64_t page) {
   struct {
     uint64_t off, len;
-  } range{};
+  } range{first_page * page, pages * page};
   struct {
     uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
   } cs{};
+  if (::syscall(__NR_cachestat, fd, &range, &cs, 0) != 0) return -1;
+  return static_cast<int64_t>(std::min(cs.nr_cache, pages));
+}
+
+// Fraction of a sample of the file's pages in the page cache (0..1), or -1:
+// 64 stretches of 16 pages spread evenly (counting a whole large file costs
+// a walk of every page), or, on kernels before 6.5, mincore.
+double residency(int fd, uint64_t size) {
+  if (fd < 0 || size == 0) return -1;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
   const uint64_t pages = (size + page - 1) / page;
   constexpr uint64_t kRun = 16;
@@ -101,28 +108,21 @@ double residency(int fd, uint64_t size) {
   uint64_t cached = 0, asked = 0;
   for (uint64_t i = 0; i < samples; ++i) {
     const uint64_t first = i * pages / samples, n = std::min(kRun, pages - first);
-    range.off = first * page, range.len = n * page;
-    if (::syscall(__NR_cachestat, fd, &range, &cs, 0) != 0)
-      return errno == ENOSYS || errno == EPERM ? sampled_residency(fd, size) : -1;
-    cached += std::min(cs.nr_cache, n), asked += n;
+    const int64_t c = cached_pages(fd, first, n, page);
+    if (c < 0) return errno == ENOSYS || errno == EPERM ? sampled_residency(fd, size) : -1;
+    cached += static_cast<uint64_t>(c), asked += n;
   }
   return asked == 0 ? -1 : static_cast<double>(cached) / static_cast<double>(asked);
 }
 
-// The fraction of [offset, offset + n) in the page cache (cachestat); -1
-// when the kernel cannot tell.
+// The fraction of [offset, offset + n) in the page cache; -1 when the kernel
+// cannot tell.
 double range_residency(int fd, uint64_t size, uint64_t offset, uint64_t n) {
   if (fd < 0 || offset >= size || n == 0) return -1;
   const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
-  const uint64_t first = offset / page, last = (std::min(size, offset + std::min(n, size - offset)) + page - 1) / page;
-  struct {
-    uint64_t off, len;
-  } range{first * page, (last - first) * page};
-  struct {
-    uint64_t nr_cache, nr_dirty, nr_writeback, nr_evicted, nr_recently_evicted;
-  } cs{};
-  if (::syscall(__NR_cachestat, fd, &range, &cs, 0) != 0) return -1;
-  return static_cast<double>(std::min(cs.nr_cache, last - first)) / static_cast<double>(last - first);
+  const uint64_t first = offset / page, last = (offset + std::min(n, size - offset) + page - 1) / page;
+  const int64_t c = cached_pages(fd, first, last - first, page);
+  return c < 0 ? -1 : static_cast<double>(c) / static_cast<double>(last - first);
 }
 
 Status check_range(const RandomAccessFile& f, uint64_t offset, uint64_t n) {
