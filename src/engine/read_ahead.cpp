@@ -6,6 +6,7 @@
 #include "weightlift/read_ahead.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <chrono>
@@ -96,13 +97,13 @@ struct ReadAhead::State {
 
 namespace {
 
-// The byte ranges of one planned file's tensors that `pass` keeps, by
-// offset, neighbours of the same pass merged (never across a tensor of the
-// other pass: the passes' ranges do not overlap). A tensor without
-// contiguous storage (a PyTorch file's strided view) takes the whole file,
-// in the first pass.
-Result<std::vector<Range>> ranges_of(const engine::Plan& plan, const engine::PlanFile& pf, Env* env, int pass,
-                                     const std::function<bool(std::string_view)>& first) {
+// The byte ranges of one planned file's tensors, per pass (the first pass:
+// tensors `first` names, or all when it is empty), by offset, neighbours of
+// the same pass merged (never across a tensor of the other pass: the passes'
+// ranges do not overlap). A tensor without contiguous storage (a PyTorch
+// file's strided view) takes the whole file, in the first pass.
+Result<std::array<std::vector<Range>, 2>> ranges_of(const engine::Plan& plan, const engine::PlanFile& pf, Env* env,
+                                                    const std::function<bool(std::string_view)>& first) {
   struct Tagged {
     Range r;
     int pass;
@@ -111,26 +112,23 @@ Result<std::vector<Range>> ranges_of(const engine::Plan& plan, const engine::Pla
   for (size_t ti : pf.tensors) {
     const auto& t = plan.tensors[ti];
     if (!t.file_offset) {
-      if (pass > 0) return std::vector<Range>{};
       WL_ASSIGN_OR_RETURN(uint64_t size, env->file_size(pf.path));
-      return std::vector<Range>{{0, size}};
+      return std::array<std::vector<Range>, 2>{std::vector<Range>{{0, size}}, {}};
     }
     if (t.full_nbytes > 0) rs.push_back({{*t.file_offset, t.full_nbytes}, first && !first(t.name) ? 1 : 0});
   }
   std::sort(rs.begin(), rs.end(), [](const Tagged& x, const Tagged& y) { return x.r.offset < y.r.offset; });
-  std::vector<Tagged> merged;
+  std::array<std::vector<Range>, 2> out;
+  int last_pass = -1;
   for (const Tagged& t : rs) {
-    Tagged* last = merged.empty() ? nullptr : &merged.back();
-    if (last && last->pass == t.pass && t.r.offset <= last->r.offset + last->r.len + kMergeGap) {
-      uint64_t end = std::max(last->r.offset + last->r.len, t.r.offset + t.r.len);
-      last->r.len = end - last->r.offset;
+    std::vector<Range>& v = out[t.pass];
+    if (last_pass == t.pass && t.r.offset <= v.back().offset + v.back().len + kMergeGap) {
+      v.back().len = std::max(v.back().offset + v.back().len, t.r.offset + t.r.len) - v.back().offset;
     } else {
-      merged.push_back(t);
+      v.push_back(t.r);
     }
+    last_pass = t.pass;
   }
-  std::vector<Range> out;
-  for (const Tagged& t : merged)
-    if (t.pass == pass) out.push_back(t.r);
   return out;
 }
 
@@ -161,6 +159,7 @@ class StagedFile final : public RandomAccessFile {
   void advise(uint64_t offset, uint64_t n, Advice advice) const override { base_->advise(offset, n, advice); }
   std::string version() const override { return base_->version(); }
   double cached_fraction() const override { return base_->cached_fraction(); }
+  double cached_fraction_in(uint64_t offset, uint64_t n) const override { return base_->cached_fraction_in(offset, n); }
   bool is_remote() const override { return base_->is_remote(); }
 
  private:
@@ -209,20 +208,23 @@ Status ReadAhead::State::plan() {
   // Each pass: its ranges in file order, laid end to end; rank k's slice of
   // it cut into blocks (slices[k]).
   const int passes = o.first ? 2 : 1;
+  std::vector<std::vector<std::pair<size_t, Range>>> streams(passes);
+  std::vector<uint64_t> totals(passes, 0);
+  for (size_t fi = 0; fi < plan.files.size(); ++fi) {
+    WL_ASSIGN_OR_RETURN(auto rs, ranges_of(plan, plan.files[fi], o.env, o.first));
+    for (int pass = 0; pass < passes; ++pass)
+      for (const Range& r : rs[pass]) streams[pass].push_back({fi, r}), totals[pass] += r.len;
+  }
   std::vector<std::vector<std::vector<Block>>> slices(passes);
   for (int pass = 0; pass < passes; ++pass) {
     slices[pass].resize(W);
-    std::vector<std::pair<size_t, Range>> stream;
-    uint64_t total = 0;
-    for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-      WL_ASSIGN_OR_RETURN(auto rs, ranges_of(plan, plan.files[fi], o.env, pass, o.first));
-      for (const Range& r : rs) stream.push_back({fi, r}), total += r.len;
-    }
+    const auto& stream = streams[pass];
+    const uint64_t total = totals[pass];
     for (uint64_t k = 0; k < W; ++k) {
       const uint64_t lo_pos = total / W * k + std::min(k, total % W);
       const uint64_t hi_pos = lo_pos + total / W + (k < total % W ? 1 : 0);
       uint64_t pos = 0;
-      for (auto& [fi, r] : stream) {
+      for (const auto& [fi, r] : stream) {
         const uint64_t a = std::max(pos, lo_pos), b = std::min(pos + r.len, hi_pos);
         for (uint64_t x = a; x < b; x += block) {
           Block bl;
