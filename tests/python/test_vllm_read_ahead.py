@@ -212,7 +212,7 @@ class BlockedJob:
 
 def test_close_stops_the_job_and_what_it_did_stays_told():
     job = BlockedJob()
-    early = _read_ahead.EarlyReads(job, [], False, 0, 1)
+    early = _read_ahead.EarlyReads(job, [], False)
     p = early.progress()
     assert not p["done"] and p["bytes_read"] == 5
     early.close()

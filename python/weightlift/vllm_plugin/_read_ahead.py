@@ -57,11 +57,10 @@ class EarlyReads:
     """The read-ahead of one load_model() call (owned by the loader): an
     engine job and what it had done when placement started."""
 
-    def __init__(self, job, files: list[str], remote: bool, rank: int, world: int):
+    def __init__(self, job, files: list[str], remote: bool):
         self.job = job  # None once closed
         self.files = files
         self.remote = remote
-        self.rank, self.world = rank, world
         self.started = time.perf_counter()
         self.at_placement: dict | None = None
 
@@ -275,7 +274,7 @@ def start(loader, model_config, tp_size: int = 1) -> EarlyReads | None:
         return None
     logger.debug("read-ahead started: %d files, rank %d of %d, remote %s%s", len(files), rank, world, remote,
                  f", {len(first)} tensors to copy first" if first else "")
-    return EarlyReads(job, [os.fspath(f) for f in files], remote, rank, world)
+    return EarlyReads(job, [os.fspath(f) for f in files], remote)
 
 
 def _copied_first(model_config, files: list[str], tp_size: int = 1) -> list[str] | None:
