@@ -245,6 +245,53 @@ TEST(ReadAhead, TheTensorsNamedFirstAreReadFirstEachPassSplitAmongTheRanks) {
   for (auto& r : bounded) EXPECT_TRUE(r.path == files[1] || r.offset >= 3 * kMiB) << r.path << " @" << r.offset;
 }
 
+// Local files: the threads take runs of 4 consecutive blocks, each read front
+// to back by one thread (threads paging in neighbouring blocks of one file
+// fight over the same pages).
+TEST(ReadAhead, EachThreadReadsRunsOfConsecutiveBlocksInOrder) {
+  TempDir dir;
+  auto files = two_files(dir);
+  auto run = [&](int threads) {
+    CountingEnv env;
+    env.cached = 0.0;
+    env.populate_delay = std::chrono::milliseconds(5);  // every thread gets to take work
+    ReadAheadOptions o;
+    o.env = &env;
+    o.threads = threads;
+    o.block_size = kMiB;
+    auto ra = ReadAhead::start(files, o);
+    EXPECT_TRUE(ra.ok());
+    EXPECT_TRUE((*ra)->wait().ok());
+    std::vector<testing::ReadRecord> out;
+    for (auto& r : env.reads())
+      if (r.offset > 8) out.push_back(r);
+    return out;
+  };
+  const auto order = run(1);  // the job's order: a.safetensors' 4 blocks, then b's 4
+  ASSERT_EQ(order.size(), 8u);
+  const auto reads = run(2);
+  ASSERT_EQ(reads.size(), order.size());
+  auto index_of = [&](const testing::ReadRecord& r) {
+    for (size_t i = 0; i < order.size(); ++i)
+      if (order[i].path == r.path && order[i].offset == r.offset) return i;
+    ADD_FAILURE() << "unexpected read " << r.path << " @" << r.offset;
+    return order.size();
+  };
+  // Two runs, [0, 4) and [4, 8): each read by one thread, front to back.
+  for (size_t run_begin : {size_t{0}, size_t{4}}) {
+    std::vector<size_t> seen;
+    std::thread::id who;
+    for (auto& r : reads) {
+      const size_t i = index_of(r);
+      if (i < run_begin || i >= run_begin + 4) continue;
+      if (seen.empty()) who = r.thread;
+      EXPECT_EQ(r.thread, who) << "block " << i << " read by another thread";
+      seen.push_back(i);
+    }
+    EXPECT_EQ(seen, (std::vector<size_t>{run_begin, run_begin + 1, run_begin + 2, run_begin + 3}));
+  }
+}
+
 // ---- remote sources: staging -------------------------------------------------------------------
 
 // "s3://fake/NAME" served from a local folder as a remote source would be

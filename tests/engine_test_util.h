@@ -2,10 +2,12 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "weightlift/io.h"
@@ -17,6 +19,7 @@ namespace wl::testing {
 struct ReadRecord {
   std::string path;
   uint64_t offset = 0, len = 0;
+  std::thread::id thread = std::this_thread::get_id();  // the reading thread
 };
 
 // Wraps every opened file; records each read_at(). view() is forwarded (mmap
@@ -45,6 +48,8 @@ class CountingEnv : public EnvWrapper {
   std::optional<double> cached_in;
   // Readahead hints given (Advice::kWillNeed).
   std::atomic<size_t> will_need{0};
+  // How long each page-in (Advice::kPopulate) takes at least.
+  std::chrono::milliseconds populate_delay{0};
 
  private:
   mutable std::mutex mu_;
@@ -65,7 +70,10 @@ class CountingFile : public RandomAccessFile {
   size_t alignment() const override { return f_->alignment(); }
   // Mapping pages in reads them too (prefetch, file views): counted as a read.
   void advise(uint64_t offset, uint64_t n, Advice a) const override {
-    if (a == Advice::kPopulate) env_->record({f_->path(), offset, n});
+    if (a == Advice::kPopulate) {
+      env_->record({f_->path(), offset, n});
+      if (env_->populate_delay.count() > 0) std::this_thread::sleep_for(env_->populate_delay);
+    }
     if (a == Advice::kWillNeed) ++env_->will_need;
     f_->advise(offset, n, a);
   }

@@ -31,6 +31,8 @@
 // then the others; each pass split among the ranks as above, the memory
 // bound admitting the first pass first. A caller that needs some tensors
 // sooner than others (the copies before the file views) names them there.
+// Local files: the threads take runs of a few consecutive blocks in that
+// order, each run read front to back by one thread.
 //
 // Bounds: local files, at most `max_memory` bytes brought into the page
 // cache (0: half of the available RAM; the rest is read by the load as

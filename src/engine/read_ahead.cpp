@@ -32,6 +32,9 @@ namespace {
 // tensors); a skipped tensor (another rank's expert) is never read.
 constexpr uint64_t kMergeGap = 4096;
 
+// Local: blocks one thread reads in a row (see plan()).
+constexpr size_t kRunBlocks = 4;
+
 using Clock = std::chrono::steady_clock;
 
 enum class BlockState : uint8_t { kPending, kInFlight, kStaged, kSkipped };
@@ -62,6 +65,9 @@ struct ReadAhead::State {
   std::mutex mu;  // guards everything below
   std::condition_variable cv;
   std::vector<Block> blocks;                     // stream order
+  // Local: blocks [first, second) read in order by one thread; the runs in
+  // job order (each pass's own slice, then its helps, cut every kRunBlocks).
+  std::vector<std::pair<size_t, size_t>> runs;
   std::vector<std::vector<size_t>> file_blocks;  // per file: block indices by offset
   std::vector<std::string> versions;             // per file: the version planned
   std::vector<int8_t> cached_;                   // local, per file: -1 not opened yet, 1 mostly cached at first open
@@ -243,8 +249,9 @@ Status ReadAhead::State::plan() {
   // slice, the other ranks' slices of that pass, the next rank's first, each
   // from its end (its owner reads it from the front: they meet).
   std::vector<Block> bs;
+  std::vector<size_t> group_ends;  // bs cut where a pass's own slice or one of its helps ends
   uint64_t planned = 0, capped = 0;
-  for (auto& pass : slices)
+  for (auto& pass : slices) {
     for (Block& bl : pass[R]) {
       planned += bl.len;
       if (!remote && planned > cap) {  // local: what would overflow the page-cache bound is left to the load
@@ -253,21 +260,40 @@ Status ReadAhead::State::plan() {
       }
       bs.push_back(std::move(bl));
     }
+    group_ends.push_back(bs.size());
+  }
   if (!remote && capped == 0 && W > 1) {
     std::vector<Block> ordered;
+    group_ends.clear();
     size_t own = 0;
     for (auto& pass : slices) {
       for (size_t i = 0; i < pass[R].size(); ++i) ordered.push_back(std::move(bs[own++]));
-      for (uint64_t d = 1; d < W; ++d)
+      group_ends.push_back(ordered.size());
+      for (uint64_t d = 1; d < W; ++d) {
         for (auto it = pass[(R + d) % W].rbegin(); it != pass[(R + d) % W].rend(); ++it)
           ordered.push_back(std::move(*it));
+        group_ends.push_back(ordered.size());
+      }
     }
     bs = std::move(ordered);
+  }
+  // Local: each group cut into runs of kRunBlocks blocks, a thread taking
+  // the next run and reading its blocks in order: threads paging in
+  // neighbouring blocks of one file contend for the same pages (the
+  // kernel's read-around spans both) and spend several times the CPU
+  // (0.15-0.2 s per GB against 0.03, measured), while runs taken in order
+  // keep the front of the stream first.
+  std::vector<std::pair<size_t, size_t>> rs;
+  size_t begin = 0;
+  for (size_t end : group_ends) {
+    for (size_t b = begin; b < end; b += kRunBlocks) rs.push_back({b, std::min(end, b + kRunBlocks)});
+    begin = end;
   }
   std::vector<std::vector<size_t>> per_file(plan.files.size());
   for (size_t bi = 0; bi < bs.size(); ++bi) per_file[bs[bi].file].push_back(bi);
   std::lock_guard lk(mu);
   blocks = std::move(bs);
+  runs = std::move(rs);
   file_blocks = std::move(per_file);
   for (auto& idx : file_blocks)
     std::sort(idx.begin(), idx.end(), [&](size_t x, size_t y) { return blocks[x].offset < blocks[y].offset; });
@@ -377,16 +403,23 @@ void ReadAhead::State::read_blocks() {
   const int n = threads;
   std::atomic<size_t> next{0};
   const size_t count = blocks.size();
+  // Remote: blocks one at a time in job order (the bound admits them so);
+  // local: run by run, each run's blocks in order by one thread.
+  const size_t items = remote ? count : runs.size();
   auto worker = [&] {
     std::vector<std::shared_ptr<RandomAccessFile>> open;
     while (!stop.load()) {
-      size_t bi = next.fetch_add(1);
-      if (bi >= count) return;
-      remote ? read_remote(bi, open) : read_local(bi, open);
+      const size_t i = next.fetch_add(1);
+      if (i >= items) return;
+      if (remote) {
+        read_remote(i, open);
+        continue;
+      }
+      for (size_t bi = runs[i].first; bi < runs[i].second && !stop.load(); ++bi) read_local(bi, open);
     }
   };
   std::vector<std::thread> ts;
-  for (int t = 0; t < std::min<int>(n, static_cast<int>(std::max<size_t>(count, 1))); ++t) ts.emplace_back(worker);
+  for (int t = 0; t < std::min<int>(n, static_cast<int>(std::max<size_t>(items, 1))); ++t) ts.emplace_back(worker);
   for (auto& t : ts) t.join();
   std::lock_guard lk(mu);
   for (auto& b : blocks)
