@@ -64,7 +64,7 @@ struct ReadAhead::State {
 
   std::mutex mu;  // guards everything below
   std::condition_variable cv;
-  std::vector<Block> blocks;                     // stream order
+  std::vector<Block> blocks;  // stream order
   // Local: blocks [first, second) read in order by one thread; the runs in
   // job order (each pass's own slice, then its helps, cut every kRunBlocks).
   std::vector<std::pair<size_t, size_t>> runs;
@@ -136,6 +136,46 @@ Result<std::array<std::vector<Range>, 2>> ranges_of(const engine::Plan& plan, co
     last_pass = t.pass;
   }
   return out;
+}
+
+// [pass][rank]: each rank's slice of each pass as blocks of at most `block`
+// bytes. A pass's ranges in file order are laid end to end and cut into
+// `world` near-equal contiguous slices (blocks of other ranks marked help).
+using Slices = std::vector<std::vector<std::vector<Block>>>;
+Result<Slices> slice_passes(const engine::Plan& plan, Env* env, const std::function<bool(std::string_view)>& first,
+                            uint64_t W, uint64_t R, uint64_t block) {
+  const int passes = first ? 2 : 1;
+  std::vector<std::vector<std::pair<size_t, Range>>> streams(passes);
+  std::vector<uint64_t> totals(passes, 0);
+  for (size_t fi = 0; fi < plan.files.size(); ++fi) {
+    WL_ASSIGN_OR_RETURN(auto rs, ranges_of(plan, plan.files[fi], env, first));
+    for (int pass = 0; pass < passes; ++pass)
+      for (const Range& r : rs[pass]) streams[pass].push_back({fi, r}), totals[pass] += r.len;
+  }
+  Slices slices(passes);
+  for (int pass = 0; pass < passes; ++pass) {
+    slices[pass].resize(W);
+    const auto& stream = streams[pass];
+    const uint64_t total = totals[pass];
+    for (uint64_t k = 0; k < W; ++k) {
+      const uint64_t lo_pos = total / W * k + std::min(k, total % W);
+      const uint64_t hi_pos = lo_pos + total / W + (k < total % W ? 1 : 0);
+      uint64_t pos = 0;
+      for (const auto& [fi, r] : stream) {
+        const uint64_t a = std::max(pos, lo_pos), b = std::min(pos + r.len, hi_pos);
+        for (uint64_t x = a; x < b; x += block) {
+          Block bl;
+          bl.file = fi;
+          bl.offset = r.offset + (x - pos);
+          bl.len = std::min(block, b - x);
+          bl.help = k != R;
+          slices[pass][k].push_back(std::move(bl));
+        }
+        pos += r.len;
+      }
+    }
+  }
+  return slices;
 }
 
 // A file whose staged blocks a load reads from memory.
@@ -211,39 +251,7 @@ Status ReadAhead::State::plan() {
   const bool remote = sizes.remote;
   const uint64_t cap = sizes.max_memory;
   const auto W = static_cast<uint64_t>(o.world_size), R = static_cast<uint64_t>(o.rank);
-  // Each pass: its ranges in file order, laid end to end; rank k's slice of
-  // it cut into blocks (slices[k]).
-  const int passes = o.first ? 2 : 1;
-  std::vector<std::vector<std::pair<size_t, Range>>> streams(passes);
-  std::vector<uint64_t> totals(passes, 0);
-  for (size_t fi = 0; fi < plan.files.size(); ++fi) {
-    WL_ASSIGN_OR_RETURN(auto rs, ranges_of(plan, plan.files[fi], o.env, o.first));
-    for (int pass = 0; pass < passes; ++pass)
-      for (const Range& r : rs[pass]) streams[pass].push_back({fi, r}), totals[pass] += r.len;
-  }
-  std::vector<std::vector<std::vector<Block>>> slices(passes);
-  for (int pass = 0; pass < passes; ++pass) {
-    slices[pass].resize(W);
-    const auto& stream = streams[pass];
-    const uint64_t total = totals[pass];
-    for (uint64_t k = 0; k < W; ++k) {
-      const uint64_t lo_pos = total / W * k + std::min(k, total % W);
-      const uint64_t hi_pos = lo_pos + total / W + (k < total % W ? 1 : 0);
-      uint64_t pos = 0;
-      for (const auto& [fi, r] : stream) {
-        const uint64_t a = std::max(pos, lo_pos), b = std::min(pos + r.len, hi_pos);
-        for (uint64_t x = a; x < b; x += block) {
-          Block bl;
-          bl.file = fi;
-          bl.offset = r.offset + (x - pos);
-          bl.len = std::min(block, b - x);
-          bl.help = k != R;
-          slices[pass][k].push_back(std::move(bl));
-        }
-        pos += r.len;
-      }
-    }
-  }
+  WL_ASSIGN_OR_RETURN(Slices slices, slice_passes(plan, o.env, o.first, W, R, block));
   // This rank's blocks, pass by pass, as far as the bound admits them (the
   // rest is the load's); local and nothing left out: after each pass's own
   // slice, the other ranks' slices of that pass, the next rank's first, each
