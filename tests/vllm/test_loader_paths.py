@@ -274,10 +274,11 @@ def test_tensors_the_weights_transforms_touch_are_left_to_the_model(tmp_path):
         assert torch.equal(p.data, want[n]), n
 
 
-def _load_model_events(tmp_path, monkeypatch, fail_in_load_weights=False, **extra):
+def _load_model_events(tmp_path, monkeypatch, fail_in_load_weights=False, on_create=None, **extra):
     """Runs the loader's load_model (vLLM's BaseModelLoader.load_model around a
     Toy: construction stubbed, post-processing recorded) and returns what
-    happened in order: create, load_weights, post, and every gc.collect(g)."""
+    happened in order: create, load_weights, post, and every gc.collect(g).
+    on_create: called during the construction."""
     import gc
 
     from vllm.model_executor.model_loader import base_loader
@@ -292,7 +293,8 @@ def _load_model_events(tmp_path, monkeypatch, fail_in_load_weights=False, **extr
 
     monkeypatch.setattr(gc, "collect", collect)
     monkeypatch.setattr(base_loader.BaseModelLoader, "create_model",
-                        lambda self, *a, **k: events.append("create") or _toy_for(tensors))
+                        lambda self, *a, **k: events.append("create") or (on_create and on_create())
+                        or _toy_for(tensors))
     monkeypatch.setattr(base_loader, "process_weights_after_loading", lambda *a, **k: events.append("post"))
     loader = _loader(**extra)
     load_weights = loader.load_weights
@@ -346,6 +348,64 @@ def test_collect_early_false_keeps_vllms_order(tmp_path, monkeypatch):
     (tmp_path / "no-read-ahead").mkdir()
     events = _load_model_events(tmp_path / "no-read-ahead", monkeypatch, read_ahead=False)
     assert events == ["create", "load_weights", ("gc", 2), "post", ("gc", 2)], events
+
+
+def test_freeze_gc_leaves_the_older_heap_out_of_load_models_collections(tmp_path, monkeypatch):
+    """freeze_gc: what existed before load_model is frozen for its length, so
+    vLLM's collections in it walk only what the load created (garbage made
+    during the load is collected there, older garbage by the next full
+    collection after it); unfrozen after; a process that froze objects
+    itself is left as it was."""
+    import gc
+    import weakref
+
+    from weightlift.vllm_plugin._options import Options
+
+    assert Options.parse({})[0].freeze_gc is False
+    with pytest.raises(ValueError, match="freeze_gc must be a bool, got 1"):
+        Options.parse({"freeze_gc": 1})
+
+    class Node:
+        pass
+
+    def garbage_cycle():
+        a, b = Node(), Node()
+        a.b, b.a = b, a
+        return weakref.ref(a)
+
+    assert gc.get_freeze_count() == 0
+    gc.disable()  # only the explicit collections run
+    try:
+        old = garbage_cycle()
+        seen = {}
+
+        def on_create():
+            seen["frozen"] = gc.get_freeze_count()
+            seen["new"] = garbage_cycle()
+
+        events = _load_model_events(tmp_path, monkeypatch, freeze_gc=True, on_create=on_create)
+        assert events == ["create", ("gc", 2), "load_weights", ("gc", 1), "post", ("gc", 2)], events
+        assert seen["frozen"] > 0
+        assert seen["new"]() is None  # collected inside load_model
+        assert old() is not None  # frozen there, not walked
+        assert gc.get_freeze_count() == 0
+        gc.collect()
+        assert old() is None
+        # Without the option, load_model's collections take the older garbage too.
+        (tmp_path / "default").mkdir()
+        old = garbage_cycle()
+        _load_model_events(tmp_path / "default", monkeypatch)
+        assert old() is None
+        # A process that froze its heap itself: nothing frozen or unfrozen by the loader.
+        gc.freeze()
+        frozen = gc.get_freeze_count()
+        (tmp_path / "app-frozen").mkdir()
+        _load_model_events(tmp_path / "app-frozen", monkeypatch, freeze_gc=True)
+        # (never unfrozen, nothing added; a frozen object freed by its refcount leaves the count)
+        assert 0 < gc.get_freeze_count() <= frozen
+    finally:
+        gc.unfreeze()
+        gc.enable()
 
 
 def test_a_failed_load_model_leaves_vllms_gc_in_place(tmp_path, monkeypatch):

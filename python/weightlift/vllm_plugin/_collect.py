@@ -17,6 +17,11 @@ Only vLLM's base_loader module is affected (its `gc` name, for the length
 of one load_model call on the calling thread's loader); a vLLM whose
 base_loader does not import gc, or that no longer collects there, is left
 alone.
+
+frozen_heap() (option freeze_gc) goes further: every object that exists
+when load_model starts is frozen for its length, so that both full
+collections walk only what the load created, the garbage load_model is
+collecting for (transient tensors, the construction's leftovers).
 """
 from __future__ import annotations
 
@@ -75,3 +80,19 @@ def moved_collection():
             logger.debug("weightlift: full gc.collect() ran before load_weights (%.2f s, the read-ahead reading); "
                          "vLLM's after load_weights ran as a young collection: %s", collector.seconds,
                          collector.replaced)
+
+
+@contextmanager
+def frozen_heap():
+    """While active, the objects that existed on entry are in gc's permanent
+    generation (gc.freeze()), unfrozen on exit whatever happens; yields
+    whether it froze (not where the process had frozen objects itself:
+    unfreezing would undo that too)."""
+    if gc.get_freeze_count() > 0:
+        yield False
+        return
+    gc.freeze()
+    try:
+        yield True
+    finally:
+        gc.unfreeze()

@@ -19,7 +19,7 @@ import os
 import time
 import weakref
 from collections.abc import Generator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 
 import torch
 from torch import nn
@@ -95,7 +95,12 @@ class WeightliftModelLoader(DefaultModelLoader):
         collection runs after construction, while they read (_collect.py);
         the last pages of mapped parameters are read while vLLM
         post-processes (_read_ahead.LateResidency), all in memory when this
-        returns."""
+        returns. freeze_gc: the heap that existed before frozen for its
+        length (_collect.frozen_heap)."""
+        with _collect.frozen_heap() if self.options.freeze_gc else nullcontext():
+            return self._load_model(vllm_config, model_config, prefix)
+
+    def _load_model(self, vllm_config, model_config: ModelConfig, prefix: str) -> nn.Module:
         self._early = _early.start(self, model_config, _parallel()[1])
         try:
             if self._early is None:
