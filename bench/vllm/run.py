@@ -11,9 +11,10 @@ its own process tree, ended as soon as every loading rank has loaded the
 model. Formats: every built-in one and option that runs here (`auto`,
 safetensors `prefetch`, `auto` with `enable_multithread_load`, Run:ai's
 streamer; fastsafetensors and instanttensor are tried and reported when they
-cannot run), weightlift, and weightlift with neither its read-ahead nor its
+cannot run), weightlift, weightlift with neither its read-ahead nor its
 first touch of the parameters during construction (the A/B of the
-overlap). Figures per run, taken in the loading process
+overlap), and weightlift's A/B rows of single options (map_params,
+collect_early, freeze_gc). Figures per run, taken in the loading process
 (bench/vllm/sitecustomize.py), each rank's largest at TP 2:
 
   model s    the whole load_model: construction, load_weights,
@@ -226,12 +227,14 @@ def main() -> None:
              ("instanttensor", "instanttensor", None, None), ("weightlift", "weightlift", None, None),
              ("weightlift (map_params: false)", "weightlift", {"map_params": False}, None),
              ("weightlift (collect_early: false)", "weightlift", {"collect_early": False}, None),
+             ("weightlift (freeze_gc: true)", "weightlift", {"freeze_gc": True}, None),
              (BEFORE, "weightlift", {"read_ahead": False, "map_params": False}, None)]
     if "local" in which:
         configs += [("local", lbl, str(folder), fmt, 1, {}, extra, strat, [folder]) for lbl, fmt, extra, strat in local]
     if "tp2" in which:
         configs += [("tp2", lbl, str(folder), fmt, 2, {}, extra, strat, [folder]) for lbl, fmt, extra, strat in local
-                    if lbl in ("auto", "safetensors prefetch", "auto multithread", "weightlift")]
+                    if lbl in ("auto", "safetensors prefetch", "auto multithread", "weightlift",
+                               "weightlift (freeze_gc: true)")]
     server = None
     if "s3" in which:
         import s3.s3servers as s3servers
