@@ -85,14 +85,14 @@ def moved_collection():
 @contextmanager
 def frozen_heap():
     """While active, the objects that existed on entry are in gc's permanent
-    generation (gc.freeze()), unfrozen on exit whatever happens; yields
-    whether it froze (not where the process had frozen objects itself:
-    unfreezing would undo that too)."""
+    generation (gc.freeze()), unfrozen on exit whatever happens; nothing is
+    done where the process had frozen objects itself (unfreezing would undo
+    that too)."""
     if gc.get_freeze_count() > 0:
-        yield False
+        yield
         return
     gc.freeze()
     try:
-        yield True
+        yield
     finally:
         gc.unfreeze()
