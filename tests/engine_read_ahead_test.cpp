@@ -552,6 +552,28 @@ TEST(PopulateRead, MappedPagesAreReadInAndCounted) {
   EXPECT_EQ(static_cast<unsigned char>((*v)[4096 * 30]), static_cast<unsigned char>(4096 * 30 * 7 + 1));
 }
 
+// Ranges of many 8 MiB chunks (runs of consecutive chunks, one thread each)
+// beside one-page ones: every page read in, whatever the threads.
+TEST(PopulateRead, RangesOfManyChunksAreReadWhole) {
+  TempDir dir;
+  const uint64_t page = static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  const uint64_t pages = (uint64_t{44} << 20) / page;
+  for (int threads : {1, 3}) {
+    auto f = mapped_cold(dir.file("big" + std::to_string(threads) + ".bin"), pages);
+    auto v = f->view(0, f->size());
+    ASSERT_TRUE(v.ok()) << v.status().to_string();
+    const MappedRange ranges[] = {{v->data() + 3, page},                              // 2 pages
+                                  {v->data() + 2 * page, (uint64_t{41} << 20) + 17},  // 6 chunks
+                                  {v->data() + pages * page - page, page}};           // the last page
+    auto st = populate_read(ranges, threads);
+    ASSERT_TRUE(st.ok()) << st.status().to_string();
+    for (const MappedRange& r : ranges)
+      EXPECT_EQ(resident_pages(r.data, r.size), (reinterpret_cast<uintptr_t>(r.data) % page + r.size + page - 1) / page)
+          << "threads " << threads;
+    EXPECT_EQ(static_cast<unsigned char>((*v)[page * 9000]), static_cast<unsigned char>(page * 9000 * 7 + 1));
+  }
+}
+
 TEST(PopulateRead, ATruncatedFileIsAnErrorNotASignal) {
   TempDir dir;
   const std::string path = dir.file("w.bin");

@@ -121,7 +121,8 @@ class ReadAhead {
 // brought into memory (read from the file where the page cache does not
 // hold it) and mapped into this process (MADV_POPULATE_READ: read faults
 // only, so a private mapping stays shared with the page cache and no page
-// is copied), `threads` threads at a time (0: 4), so that a load that
+// is copied), `threads` threads at a time (0: 4), each paging in runs of a
+// range's consecutive 8 MiB chunks front to back, so that a load that
 // returns leaves no read to the first access. Each range must lie in a
 // mapping of this process. kIoError naming the range's index when its
 // pages cannot be read: the file was truncated under the mapping (a later

@@ -21,6 +21,7 @@
 #include <fmt/format.h>
 
 #include "engine/load_plan.h"
+#include "engine/runs.h"
 #include "weightlift/load_options.h"
 #include "weightlift/tensor.h"
 
@@ -32,7 +33,7 @@ namespace {
 // tensors); a skipped tensor (another rank's expert) is never read.
 constexpr uint64_t kMergeGap = 4096;
 
-// Local: blocks one thread reads in a row (see plan()).
+// Local: blocks (or populate_read's chunks) one thread reads in a row (engine/runs.h).
 constexpr size_t kRunBlocks = 4;
 
 using Clock = std::chrono::steady_clock;
@@ -65,8 +66,9 @@ struct ReadAhead::State {
   std::mutex mu;  // guards everything below
   std::condition_variable cv;
   std::vector<Block> blocks;  // stream order
-  // Local: blocks [first, second) read in order by one thread; the runs in
-  // job order (each pass's own slice, then its helps, cut every kRunBlocks).
+  // Blocks [first, second) read in order by one thread, the runs in job
+  // order (each pass's own slice, then its helps, cut every kRunBlocks
+  // blocks; remote: one block each).
   std::vector<std::pair<size_t, size_t>> runs;
   std::vector<std::vector<size_t>> file_blocks;  // per file: block indices by offset
   std::vector<std::string> versions;             // per file: the version planned
@@ -285,18 +287,10 @@ Status ReadAhead::State::plan() {
     }
     bs = std::move(ordered);
   }
-  // Local: each group cut into runs of kRunBlocks blocks, a thread taking
-  // the next run and reading its blocks in order: threads paging in
-  // neighbouring blocks of one file contend for the same pages (the
-  // kernel's read-around spans both) and spend several times the CPU
-  // (0.15-0.2 s per GB against 0.03, measured), while runs taken in order
-  // keep the front of the stream first.
-  std::vector<std::pair<size_t, size_t>> rs;
-  size_t begin = 0;
-  for (size_t end : group_ends) {
-    for (size_t b = begin; b < end; b += kRunBlocks) rs.push_back({b, std::min(end, b + kRunBlocks)});
-    begin = end;
-  }
+  // Local: each group cut into runs of kRunBlocks blocks, each read in
+  // order by one thread (engine/runs.h says why). Remote: one block at a
+  // time in job order (the staging bound admits them so).
+  auto rs = engine::cut_runs(group_ends, remote ? 1 : kRunBlocks);
   std::vector<std::vector<size_t>> per_file(plan.files.size());
   for (size_t bi = 0; bi < bs.size(); ++bi) per_file[bs[bi].file].push_back(bi);
   std::lock_guard lk(mu);
@@ -408,27 +402,12 @@ void ReadAhead::State::read_remote(size_t bi, std::vector<std::shared_ptr<Random
 
 void ReadAhead::State::read_blocks() {
   const bool remote = p.remote;
-  const int n = threads;
-  std::atomic<size_t> next{0};
-  const size_t count = blocks.size();
-  // Remote: blocks one at a time in job order (the bound admits them so);
-  // local: run by run, each run's blocks in order by one thread.
-  const size_t items = remote ? count : runs.size();
-  auto worker = [&] {
-    std::vector<std::shared_ptr<RandomAccessFile>> open;
-    while (!stop.load()) {
-      const size_t i = next.fetch_add(1);
-      if (i >= items) return;
-      if (remote) {
-        read_remote(i, open);
-        continue;
-      }
-      for (size_t bi = runs[i].first; bi < runs[i].second && !stop.load(); ++bi) read_local(bi, open);
-    }
-  };
-  std::vector<std::thread> ts;
-  for (int t = 0; t < std::min<int>(n, static_cast<int>(std::max<size_t>(items, 1))); ++t) ts.emplace_back(worker);
-  for (auto& t : ts) t.join();
+  std::vector<std::vector<std::shared_ptr<RandomAccessFile>>> open(static_cast<size_t>(std::max(threads, 1)));
+  engine::run_in_order(runs, threads, [&](size_t w, size_t bi) {
+    if (stop.load()) return false;
+    remote ? read_remote(bi, open[w]) : read_local(bi, open[w]);
+    return true;
+  });
   std::lock_guard lk(mu);
   for (auto& b : blocks)
     if (b.state == BlockState::kPending) b.state = BlockState::kSkipped;
@@ -607,6 +586,7 @@ Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int thr
   constexpr uintptr_t kStep = uintptr_t{8} << 20;  // bytes per chunk (a multiple of the page size)
   PopulateStats st;
   std::vector<Chunk> chunks;
+  std::vector<size_t> range_ends;  // chunks cut where a range ends: a run never spans two
   for (size_t i = 0; i < ranges.size(); ++i) {
     if (ranges[i].size == 0) continue;
     if (ranges[i].data == nullptr) return Status::InvalidArgument(fmt::format("populate_read: range {} is null", i));
@@ -614,6 +594,7 @@ Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int thr
     const auto a = reinterpret_cast<uintptr_t>(ranges[i].data) / page * page;
     const auto b = (reinterpret_cast<uintptr_t>(ranges[i].data) + ranges[i].size + page - 1) / page * page;
     for (uintptr_t x = a; x < b; x += kStep) chunks.push_back({i, x, std::min(b, x + kStep)});
+    range_ends.push_back(chunks.size());
   }
   // Counted before any populating: a chunk's faults make the kernel read ahead into the next
   // chunks' pages, which a count taken by each worker would then miss.
@@ -622,25 +603,17 @@ Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int thr
     const uint64_t pages = (c.end - c.begin) / page;
     missing += (pages - std::min(resident_pages(c.begin, c.end, page), pages)) * page;
   }
-  std::atomic<size_t> next{0};
+  // Each thread pages in runs of a range's consecutive chunks, as the read-ahead reads its blocks.
   std::mutex mu;
   Status first;
-  auto worker = [&] {
-    for (size_t ci; (ci = next.fetch_add(1)) < chunks.size();) {
-      const Chunk& c = chunks[ci];
-      if (Status s = populate_chunk(c, page); !s.ok()) {
-        std::lock_guard lk(mu);
-        if (first.ok()) first = std::move(s);
-        next.store(chunks.size());
-        return;
-      }
-    }
-  };
-  const size_t n = std::min<size_t>(threads ? threads : kPopulateThreads, std::max<size_t>(chunks.size(), 1));
-  std::vector<std::thread> ts;
-  for (size_t t = 1; t < n; ++t) ts.emplace_back(worker);
-  worker();
-  for (auto& t : ts) t.join();
+  engine::run_in_order(engine::cut_runs(range_ends, kRunBlocks), threads ? threads : kPopulateThreads,
+                       [&](size_t, size_t ci) {
+                         Status s = populate_chunk(chunks[ci], page);
+                         if (s.ok()) return true;
+                         std::lock_guard lk(mu);
+                         if (first.ok()) first = std::move(s);
+                         return false;
+                       });
   WL_RETURN_IF_ERROR(first);
   st.bytes_not_resident = std::min(missing, st.bytes);
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();

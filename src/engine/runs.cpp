@@ -1,0 +1,43 @@
+#include "engine/runs.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
+
+namespace wl::engine {
+
+std::vector<std::pair<size_t, size_t>> cut_runs(std::span<const size_t> group_ends, size_t k) {
+  k = std::max<size_t>(k, 1);
+  std::vector<std::pair<size_t, size_t>> runs;
+  size_t begin = 0;
+  for (size_t end : group_ends) {
+    for (size_t b = begin; b < end; b += k) runs.push_back({b, std::min(end, b + k)});
+    begin = std::max(begin, end);
+  }
+  return runs;
+}
+
+void run_in_order(std::span<const std::pair<size_t, size_t>> runs, int threads,
+                  const std::function<bool(size_t, size_t)>& fn) {
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stopped{false};
+  auto worker = [&](size_t w) {
+    for (size_t r; !stopped.load() && (r = next.fetch_add(1)) < runs.size();) {
+      for (size_t item = runs[r].first; item < runs[r].second; ++item) {
+        if (stopped.load()) return;
+        if (!fn(w, item)) {
+          stopped.store(true);
+          return;
+        }
+      }
+    }
+  };
+  const size_t n = std::clamp<size_t>(static_cast<size_t>(std::max(threads, 1)), 1, std::max<size_t>(runs.size(), 1));
+  std::vector<std::thread> ts;
+  ts.reserve(n - 1);
+  for (size_t w = 1; w < n; ++w) ts.emplace_back(worker, w);
+  worker(0);
+  for (auto& t : ts) t.join();
+}
+
+}  // namespace wl::engine

@@ -1,0 +1,112 @@
+// engine/runs.h: work cut into runs of consecutive items, each run done
+// front to back by one thread (the read-ahead's blocks, populate_read's
+// chunks).
+#include "engine/runs.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+namespace wl::engine {
+namespace {
+
+using Runs = std::vector<std::pair<size_t, size_t>>;
+
+TEST(Runs, CutEveryKNeverAcrossAGroupsEnd) {
+  const std::vector<size_t> ends = {5, 5, 6, 14};
+  EXPECT_EQ(cut_runs(ends, 4), (Runs{{0, 4}, {4, 5}, {5, 6}, {6, 10}, {10, 14}}));
+  EXPECT_EQ(cut_runs(ends, 1).size(), 14u);
+  EXPECT_EQ(cut_runs(ends, 0).size(), 14u);  // k 0 taken as 1
+  EXPECT_EQ(cut_runs(ends, 100), (Runs{{0, 5}, {5, 6}, {6, 14}}));
+  EXPECT_TRUE(cut_runs({}, 4).empty());
+}
+
+struct Done {
+  size_t worker, item;
+  std::thread::id thread;
+};
+
+TEST(Runs, EachRunIsDoneFrontToBackByOneThread) {
+  const Runs runs = cut_runs(std::vector<size_t>{16, 18}, 4);  // [0,4) [4,8) [8,12) [12,16) [16,18)
+  std::mutex mu;
+  std::vector<Done> done;
+  std::set<size_t> workers;
+  run_in_order(runs, 3, [&](size_t w, size_t item) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));  // every thread gets to take work
+    std::lock_guard lk(mu);
+    done.push_back({w, item, std::this_thread::get_id()});
+    workers.insert(w);
+    return true;
+  });
+  ASSERT_EQ(done.size(), 18u);
+  EXPECT_GT(workers.size(), 1u);
+  for (size_t w : workers) EXPECT_LT(w, 3u);
+  for (auto [begin, end] : runs) {
+    std::vector<size_t> seen;
+    const Done* first = nullptr;
+    for (const Done& d : done) {
+      if (d.item < begin || d.item >= end) continue;
+      if (!first) first = &d;
+      EXPECT_EQ(d.thread, first->thread) << "item " << d.item << " done by another thread";
+      EXPECT_EQ(d.worker, first->worker);
+      seen.push_back(d.item);
+    }
+    std::vector<size_t> want;
+    for (size_t i = begin; i < end; ++i) want.push_back(i);
+    EXPECT_EQ(seen, want);
+  }
+  // The calling thread is worker 0 and takes runs too.
+  bool caller = false;
+  for (const Done& d : done) caller |= d.thread == std::this_thread::get_id() && d.worker == 0;
+  EXPECT_TRUE(caller);
+}
+
+TEST(Runs, NoItemStartsOnceOneReturnsFalse) {
+  const Runs runs = cut_runs(std::vector<size_t>{40}, 4);
+  std::vector<size_t> seen;
+  run_in_order(runs, 1, [&](size_t, size_t item) {
+    seen.push_back(item);
+    return item != 5;
+  });
+  EXPECT_EQ(seen, (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
+
+  std::atomic<size_t> calls{0}, after{0};
+  std::atomic<bool> failed{false};
+  run_in_order(runs, 4, [&](size_t, size_t item) {
+    if (failed.load()) ++after;
+    ++calls;
+    if (item == 2) {
+      failed.store(true);
+      return false;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    return true;
+  });
+  EXPECT_LT(calls.load(), 40u);
+  // Threads busy when it failed may finish the item they started, never begin two more.
+  EXPECT_LE(after.load(), 3u);
+}
+
+TEST(Runs, NoRunsNoCallsAndMoreThreadsThanRuns) {
+  int calls = 0;
+  run_in_order({}, 8, [&](size_t, size_t) { return ++calls > 0; });
+  EXPECT_EQ(calls, 0);
+  std::atomic<int> n{0};
+  std::set<size_t> workers;
+  std::mutex mu;
+  run_in_order(cut_runs(std::vector<size_t>{3}, 4), 8, [&](size_t w, size_t) {
+    std::lock_guard lk(mu);
+    workers.insert(w);
+    return ++n > 0;
+  });
+  EXPECT_EQ(n.load(), 3);
+  EXPECT_EQ(workers, std::set<size_t>{0});  // one run: one thread
+}
+
+}  // namespace
+}  // namespace wl::engine
