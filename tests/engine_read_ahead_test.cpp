@@ -409,6 +409,64 @@ TEST(ReadAhead, ALoadRacingTheJobUnderATightBoundReadsEachByteOnce) {
   EXPECT_LE(remote.bytes, one_load + (64u << 10));
 }
 
+// Once the load reaches a block the job has not, the job takes no further
+// block: the load's own connections read the rest (the source never sees
+// both at once), every byte still read once.
+TEST(ReadAhead, ALoadThatOvertakesTheJobReadsTheRestAndTheJobStops) {
+  TempDir dir;
+  auto files = urls(two_files(dir));
+  FakeRemote remote(dir.path());
+  constexpr uint64_t kBlock = 128 << 10;
+  LoadOptions plain;
+  plain.strategy = Strategy::kStream;
+  plain.env = &remote;
+  plain.block_size = kBlock;
+  plain.threads = 4;
+  auto want = load_all(files, plain);
+  ASSERT_TRUE(want.ok()) << want.status().to_string();
+  const uint64_t one_load = remote.bytes;
+  remote.bytes = 0;
+  remote.delay_ms = 20;  // the load's 4 connections soon pass the job's one
+  ReadAheadOptions o;
+  o.env = &remote;
+  o.block_size = kBlock;
+  o.threads = 1;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  while (!(*ra)->progress().planned) std::this_thread::yield();
+  LoadOptions lo = plain;
+  lo.env = (*ra)->env();
+  auto got = load_all(files, lo);
+  ASSERT_TRUE(got.ok()) << got.status().to_string();
+  EXPECT_EQ(*got, *want);
+  ASSERT_TRUE((*ra)->wait().ok());  // it ended by itself: nobody called stop()
+  const ReadAheadProgress p = (*ra)->progress();
+  EXPECT_TRUE(p.done);
+  EXPECT_TRUE(p.overtaken);
+  EXPECT_LE(p.bytes_read, p.overtaken_at + kBlock) << "the job read on after the load passed it";
+  EXPECT_LT(p.bytes_read, p.bytes_planned);
+  EXPECT_LE(remote.bytes, one_load + (64u << 10));  // every tensor byte once, by the job or by the load
+}
+
+TEST(ReadAhead, AJobTheLoadNeverReachesIsNotOvertaken) {
+  TempDir dir;
+  auto files = urls(two_files(dir));
+  FakeRemote remote(dir.path());
+  ReadAheadOptions o;
+  o.env = &remote;
+  o.block_size = kMiB;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  ASSERT_TRUE((*ra)->wait().ok());
+  LoadOptions lo;
+  lo.strategy = Strategy::kStream;
+  lo.env = (*ra)->env();
+  ASSERT_TRUE(load_all(files, lo).ok());
+  const ReadAheadProgress p = (*ra)->progress();
+  EXPECT_FALSE(p.overtaken);
+  EXPECT_EQ(p.bytes_read, p.bytes_planned);
+}
+
 TEST(ReadAhead, DroppedWhileItWaitsForTheLoadItStops) {
   TempDir dir;
   auto files = urls(two_files(dir));

@@ -13,7 +13,10 @@
 //                   staged bytes from memory (waiting for a block still in
 //                   flight instead of asking the server twice) and the rest
 //                   from the source; each staged block is freed once every
-//                   byte of it was read
+//                   byte of it was read. Once the load reaches a block the
+//                   job has not, the job takes no further block (the load's
+//                   own connections read the rest: the source never sees
+//                   both at once: docs/vllm.md measures what that cost)
 //
 // Which bytes: every tensor that load_files() would plan for the same files
 // with the same `select` and `local_experts` (the expert filter: other
@@ -83,6 +86,8 @@ struct ReadAheadProgress {
   uint64_t bytes_capped = 0;    // left to the load by the memory bound
   uint64_t bytes_consumed = 0;  // remote: staged bytes the load has taken through env()
   uint64_t bytes_helped = 0;    // local, world_size > 1: bytes of other ranks' slices this job read
+  bool overtaken = false;       // remote: the load reached a block the job had not; the job stopped there
+  uint64_t overtaken_at = 0;    // bytes_read then
   bool planned = false, done = false;
   bool remote = false;
   double seconds = 0;  // from start() to done (or to now)

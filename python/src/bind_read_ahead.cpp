@@ -67,6 +67,8 @@ nb::dict progress(const wl::ReadAhead& ra) {
   d["bytes_capped"] = p.bytes_capped;
   d["bytes_consumed"] = p.bytes_consumed;
   d["bytes_helped"] = p.bytes_helped;
+  d["overtaken"] = p.overtaken;
+  d["overtaken_at"] = p.overtaken_at;
   d["planned"] = p.planned;
   d["done"] = p.done;
   d["remote"] = p.remote;

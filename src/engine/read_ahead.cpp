@@ -98,6 +98,11 @@ struct ReadAhead::State {
   // flight; when none is, the pending ones are claimed (the load reads them
   // from the source, the job no longer will).
   bool any_staged(size_t fi, uint64_t off, uint64_t n);
+  // Remote, `mu` held: the load claimed a block the job had not reached:
+  // the job takes no further block (those in flight finish and are
+  // served), the load's own connections read the rest: the source never
+  // sees both the job's and the load's connections at once.
+  void overtaken();
   // The file's index when a load opening `path` at `version` may be served
   // staged bytes (remote, planned, same version); SIZE_MAX otherwise.
   size_t file_index(const std::string& path, const std::string& version);
@@ -444,7 +449,10 @@ Status ReadAhead::State::serve(size_t fi, uint64_t off, std::span<std::byte> dst
     }
     // A gap up to the next staged block (or the end): from the source. A
     // block the job has not reached is the load's now (never read twice).
-    if (bl && bl->state == BlockState::kPending) bl->state = BlockState::kSkipped;
+    if (bl && bl->state == BlockState::kPending) {
+      bl->state = BlockState::kSkipped;
+      overtaken();
+    }
     uint64_t gap_end = end;
     if (bl) {
       gap_end = std::min(end, bl->offset + bl->len);
@@ -468,7 +476,15 @@ bool ReadAhead::State::any_staged(size_t fi, uint64_t off, uint64_t n) {
     if (b.state == BlockState::kPending) pending.push_back(bi);
   }
   for (size_t bi : pending) blocks[bi].state = BlockState::kSkipped;
+  if (!pending.empty()) overtaken();
   return false;
+}
+
+void ReadAhead::State::overtaken() {
+  if (!p.overtaken) p.overtaken_at = p.bytes_read;
+  p.overtaken = true;
+  stop.store(true);
+  cv.notify_all();
 }
 
 size_t ReadAhead::State::file_index(const std::string& path, const std::string& version) {
