@@ -374,6 +374,9 @@ TEST(ReadAhead, ARemoteLoadReadsTheStagedBytesFromMemory) {
   // Only the headers again (the planner's reads); no tensor byte.
   EXPECT_LT(remote.bytes - before, 64u << 10);
   EXPECT_EQ((*ra)->progress().bytes_consumed, p.bytes_planned);
+  // The load never reached a block the job had not read: the job was not overtaken.
+  EXPECT_FALSE((*ra)->progress().overtaken);
+  EXPECT_EQ((*ra)->progress().bytes_read, p.bytes_planned);
 }
 
 TEST(ReadAhead, ALoadRacingTheJobUnderATightBoundReadsEachByteOnce) {
@@ -446,25 +449,6 @@ TEST(ReadAhead, ALoadThatOvertakesTheJobReadsTheRestAndTheJobStops) {
   EXPECT_LE(p.bytes_read, p.overtaken_at + kBlock) << "the job read on after the load passed it";
   EXPECT_LT(p.bytes_read, p.bytes_planned);
   EXPECT_LE(remote.bytes, one_load + (64u << 10));  // every tensor byte once, by the job or by the load
-}
-
-TEST(ReadAhead, AJobTheLoadNeverReachesIsNotOvertaken) {
-  TempDir dir;
-  auto files = urls(two_files(dir));
-  FakeRemote remote(dir.path());
-  ReadAheadOptions o;
-  o.env = &remote;
-  o.block_size = kMiB;
-  auto ra = ReadAhead::start(files, o);
-  ASSERT_TRUE(ra.ok());
-  ASSERT_TRUE((*ra)->wait().ok());
-  LoadOptions lo;
-  lo.strategy = Strategy::kStream;
-  lo.env = (*ra)->env();
-  ASSERT_TRUE(load_all(files, lo).ok());
-  const ReadAheadProgress p = (*ra)->progress();
-  EXPECT_FALSE(p.overtaken);
-  EXPECT_EQ(p.bytes_read, p.bytes_planned);
 }
 
 TEST(ReadAhead, DroppedWhileItWaitsForTheLoadItStops) {
