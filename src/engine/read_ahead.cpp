@@ -20,8 +20,8 @@
 
 #include <fmt/format.h>
 
+#include "core/runs.h"
 #include "engine/load_plan.h"
-#include "engine/runs.h"
 #include "weightlift/load_options.h"
 #include "weightlift/tensor.h"
 
@@ -33,7 +33,7 @@ namespace {
 // tensors); a skipped tensor (another rank's expert) is never read.
 constexpr uint64_t kMergeGap = 4096;
 
-// Local: blocks (or populate_read's chunks) one thread reads in a row (engine/runs.h).
+// Local: blocks (or populate_read's chunks) one thread reads in a row (core/runs.h).
 constexpr size_t kRunBlocks = 4;
 
 using Clock = std::chrono::steady_clock;
@@ -293,9 +293,9 @@ Status ReadAhead::State::plan() {
     bs = std::move(ordered);
   }
   // Local: each group cut into runs of kRunBlocks blocks, each read in
-  // order by one thread (engine/runs.h says why). Remote: one block at a
+  // order by one thread (core/runs.h says why). Remote: one block at a
   // time in job order (the staging bound admits them so).
-  auto rs = engine::cut_runs(group_ends, remote ? 1 : kRunBlocks);
+  auto rs = cut_runs(group_ends, remote ? 1 : kRunBlocks);
   std::vector<std::vector<size_t>> per_file(plan.files.size());
   for (size_t bi = 0; bi < bs.size(); ++bi) per_file[bs[bi].file].push_back(bi);
   std::lock_guard lk(mu);
@@ -408,7 +408,7 @@ void ReadAhead::State::read_remote(size_t bi, std::vector<std::shared_ptr<Random
 void ReadAhead::State::read_blocks() {
   const bool remote = p.remote;
   std::vector<std::vector<std::shared_ptr<RandomAccessFile>>> open(static_cast<size_t>(std::max(threads, 1)));
-  engine::run_in_order(runs, threads, [&](size_t w, size_t bi) {
+  run_in_order(runs, threads, [&](size_t w, size_t bi) {
     if (stop.load()) return false;
     remote ? read_remote(bi, open[w]) : read_local(bi, open[w]);
     return true;
@@ -622,14 +622,13 @@ Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int thr
   // Each thread pages in runs of a range's consecutive chunks, as the read-ahead reads its blocks.
   std::mutex mu;
   Status first;
-  engine::run_in_order(engine::cut_runs(range_ends, kRunBlocks), threads ? threads : kPopulateThreads,
-                       [&](size_t, size_t ci) {
-                         Status s = populate_chunk(chunks[ci], page);
-                         if (s.ok()) return true;
-                         std::lock_guard lk(mu);
-                         if (first.ok()) first = std::move(s);
-                         return false;
-                       });
+  run_in_order(cut_runs(range_ends, kRunBlocks), threads ? threads : kPopulateThreads, [&](size_t, size_t ci) {
+    Status s = populate_chunk(chunks[ci], page);
+    if (s.ok()) return true;
+    std::lock_guard lk(mu);
+    if (first.ok()) first = std::move(s);
+    return false;
+  });
   WL_RETURN_IF_ERROR(first);
   st.bytes_not_resident = std::min(missing, st.bytes);
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();

@@ -1,18 +1,21 @@
-// engine/runs.h: work cut into runs of consecutive items, each run done
+// core/runs.h: work cut into runs of consecutive items, each run done
 // front to back by one thread (the read-ahead's blocks, populate_read's
-// chunks).
-#include "engine/runs.h"
+// chunks), and run_each, every item a run of its own (the thread pools'
+// files and pieces).
+#include "core/runs.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <mutex>
+#include <new>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
-namespace wl::engine {
+namespace wl {
 namespace {
 
 using Runs = std::vector<std::pair<size_t, size_t>>;
@@ -108,5 +111,84 @@ TEST(Runs, NoRunsNoCallsAndMoreThreadsThanRuns) {
   EXPECT_EQ(workers, std::set<size_t>{0});  // one run: one thread
 }
 
+TEST(Runs, EachItemOnceInOrderAndStopsWhenOneFails) {
+  std::vector<size_t> seen;
+  run_each(6, 1, [&](size_t w, size_t item) {
+    EXPECT_EQ(w, 0u);
+    seen.push_back(item);
+    return true;
+  });
+  EXPECT_EQ(seen, (std::vector<size_t>{0, 1, 2, 3, 4, 5}));
+  seen.clear();
+  run_each(40, 1, [&](size_t, size_t item) {
+    seen.push_back(item);
+    return item != 3;
+  });
+  EXPECT_EQ(seen, (std::vector<size_t>{0, 1, 2, 3}));
+
+  std::mutex mu;
+  std::vector<int> count(200, 0);
+  std::set<size_t> workers;
+  run_each(200, 4, [&](size_t w, size_t item) {
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    std::lock_guard lk(mu);
+    ++count[item];
+    workers.insert(w);
+    return true;
+  });
+  for (size_t i = 0; i < count.size(); ++i) EXPECT_EQ(count[i], 1) << "item " << i;
+  EXPECT_GT(workers.size(), 1u);
+  EXPECT_LT(*workers.rbegin(), 4u);
+  int calls = 0;
+  run_each(0, 4, [&](size_t, size_t) { return ++calls > 0; });
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(Runs, AnExceptionStopsTheWorkAndReachesTheCaller) {
+  std::atomic<size_t> after{0};
+  std::atomic<bool> thrown{false};
+  EXPECT_THROW(run_each(100, 3,
+                        [&](size_t, size_t item) {
+                          if (thrown.load()) ++after;
+                          if (item == 4) {
+                            thrown.store(true);
+                            throw std::runtime_error("item 4");
+                          }
+                          std::this_thread::sleep_for(std::chrono::microseconds(200));
+                          return true;
+                        }),
+               std::runtime_error);
+  EXPECT_LE(after.load(), 2u);  // the other threads finish what they started, nothing more
+}
+
+TEST(Runs, UntilErrorReturnsTheFirstFailureAndTurnsExceptionsIntoOne) {
+  std::atomic<size_t> calls{0};
+  EXPECT_TRUE(run_each_until_error(30, 4, [&](size_t, size_t) {
+                ++calls;
+                return Status();
+              }).ok());
+  EXPECT_EQ(calls.load(), 30u);
+  std::vector<size_t> seen;
+  Status st = run_each_until_error(30, 1, [&](size_t, size_t item) {
+    seen.push_back(item);
+    return item == 2 ? Status::IoError("piece 2") : Status();
+  });
+  EXPECT_EQ(st.code(), Code::kIoError);
+  EXPECT_EQ(st.message(), "piece 2");
+  EXPECT_EQ(seen, (std::vector<size_t>{0, 1, 2}));
+  st = run_each_until_error(8, 2, [&](size_t, size_t item) -> Status {
+    if (item == 1) throw std::bad_alloc();
+    return Status();
+  });
+  EXPECT_EQ(st.code(), Code::kOutOfRange);
+  EXPECT_NE(st.message().find("out of memory"), std::string::npos) << st.message();
+  st = run_each_until_error(8, 2, [&](size_t, size_t item) -> Status {
+    if (item == 0) throw std::logic_error("bad state");
+    return Status();
+  });
+  EXPECT_EQ(st.code(), Code::kInternal);
+  EXPECT_NE(st.message().find("bad state"), std::string::npos) << st.message();
+}
+
 }  // namespace
-}  // namespace wl::engine
+}  // namespace wl

@@ -1,10 +1,13 @@
-// engine/runs.h: work cut into runs of consecutive items, each run taken
+// core/runs.h: work cut into runs of consecutive items, each run taken
 // whole by one thread and done front to back. Threads paging in
 // neighbouring blocks of one file contend for the same pages (the kernel's
 // read-around of one thread's fault spans the neighbour's block) and spend
 // several times the CPU; runs taken in order keep the front of the work
 // first and each thread's reads sequential. Used by the read-ahead job and
-// by populate_read (read_ahead.cpp).
+// by populate_read (engine/read_ahead.cpp); run_each (every item a run of
+// its own) by the thread pools that hand out files or pieces one at a time:
+// the threads strategy, the prefetcher, the distributed scatter and the
+// Hub download's phases.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +16,9 @@
 #include <utility>
 #include <vector>
 
-namespace wl::engine {
+#include "weightlift/status.h"
+
+namespace wl {
 
 // [first, second) runs over items [0, n): the groups [0, group_ends[0]),
 // [group_ends[0], group_ends[1]), ... (ascending; n is the last) each cut
@@ -26,8 +31,20 @@ std::vector<std::pair<size_t, size_t>> cut_runs(std::span<const size_t> group_en
 // so that the caller can keep per-thread state): each thread takes the next
 // run in order and does its items front to back. Once fn returns false no
 // further item is started by any thread (the running ones finish). Returns
-// when every thread is done. fn must be thread-safe across workers.
+// when every thread is done. fn must be thread-safe across workers. An
+// exception thrown by fn stops the work as false does and is rethrown here
+// once every thread has joined (the first one; nothing leaves a thread).
 void run_in_order(std::span<const std::pair<size_t, size_t>> runs, int threads,
                   const std::function<bool(size_t worker, size_t item)>& fn);
 
-}  // namespace wl::engine
+// run_in_order with every item of [0, n) a run of its own: the threads take
+// the items one at a time, in order. Same contract otherwise.
+void run_each(size_t n, int threads, const std::function<bool(size_t worker, size_t item)>& fn);
+
+// run_each for work that fails with a Status: the first failure stops the
+// rest and is returned (OK when every item succeeded). An exception thrown
+// by fn is that item's failure: kOutOfRange "out of memory: ..." for
+// std::bad_alloc, kInternal for any other std::exception.
+Status run_each_until_error(size_t n, int threads, const std::function<Status(size_t worker, size_t item)>& fn);
+
+}  // namespace wl
