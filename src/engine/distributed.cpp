@@ -29,6 +29,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/runs.h"
 #include "engine/load_plan.h"
 #include "engine/rank_plan.h"
 #include "engine/read_facts.h"
@@ -535,25 +536,8 @@ Status Runner::scatter(uint64_t round, const std::byte* x, uint64_t slot) {
     for (const Copy& cp : copies)
       for (uint64_t o = 0; o < cp.len; o += kPiece)
         pieces.push_back({cp.tensor, cp.dst_off + o, cp.src + o, std::min(kPiece, cp.len - o)});
-    const size_t n = std::min<size_t>(pieces.size(), static_cast<size_t>(b_.path.scatter_threads));
-    std::atomic<size_t> next{0};
-    std::mutex mu;
-    Status first;
-    auto worker = [&] {
-      for (size_t i; (i = next.fetch_add(1)) < pieces.size();) {
-        Status st = run(pieces[i]);
-        if (!st.ok()) {
-          std::lock_guard lk(mu);
-          if (first.ok()) first = st;
-          return;
-        }
-      }
-    };
-    std::vector<std::thread> pool;
-    for (size_t i = 1; i < n; ++i) pool.emplace_back(worker);
-    worker();
-    for (auto& t : pool) t.join();
-    WL_RETURN_IF_ERROR(first);
+    WL_RETURN_IF_ERROR(
+        run_each_until_error(pieces.size(), b_.path.scatter_threads, [&](size_t, size_t i) { return run(pieces[i]); }));
   }
   for (const Copy& cp : copies) {
     Received& r = recv_[cp.tensor];

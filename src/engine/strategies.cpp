@@ -7,11 +7,11 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>
 
+#include "core/runs.h"
 #include "engine/load_plan.h"
 #include "weightlift/prefetch.h"
 
@@ -215,27 +215,18 @@ Status run_eager(const LoadPlan& plan, Delivery& d, LoadStats& stats) {
 Status run_threads(const LoadPlan& plan, Delivery& d, LoadStats& stats) {
   const LoadPlan::Body& b = plan.body();
   Destination& dest = destination_of(b);
-  const int n = std::max(b.path.workers, 1);
-  std::atomic<size_t> next{0};
   std::atomic<uint64_t> read_total{0};
-  auto worker = [&] {
-    while (!d.stopped()) {
-      size_t fi = next.fetch_add(1);
-      if (fi >= b.plan.files.size()) return;
-      uint64_t r = 0;
-      // With file_views a worker maps its file tensor by tensor (as lazy), so
-      // N workers hold N tensors, not N files, ahead of the consumer.
-      Status s = b.path.file_views ? load_file_lazy(b, fi, dest, d) : load_file_eager(b, fi, dest, d, &r);
-      read_total += r;
-      if (!s.ok()) {
-        d.fail(s);
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> ts;
-  for (int i = 0; i < n; ++i) ts.emplace_back(worker);
-  for (auto& t : ts) t.join();
+  run_each(b.plan.files.size(), b.path.workers, [&](size_t, size_t fi) {
+    if (d.stopped()) return false;
+    uint64_t r = 0;
+    // With file_views a worker maps its file tensor by tensor (as lazy), so
+    // N workers hold N tensors, not N files, ahead of the consumer.
+    Status s = b.path.file_views ? load_file_lazy(b, fi, dest, d) : load_file_eager(b, fi, dest, d, &r);
+    read_total += r;
+    if (s.ok()) return true;
+    d.fail(s);
+    return false;
+  });
   stats.bytes_read += read_total.load();
   return d.status();
 }

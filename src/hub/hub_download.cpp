@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "core/runs.h"
 #include "hub/hub_internal.h"
 #include "util/json_strict.h"
 #include "weightlift/io.h"
@@ -559,37 +560,8 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
   for (const auto& f : files)
     if (!env->exists(plan.folder + "/" + f)) missing.push_back(f);
   std::vector<std::optional<FileMeta>> metas(missing.size());
-  std::mutex mu;
-  Status first_error;
-  auto parallel_for = [&](size_t count, const std::function<Status(size_t)>& fn) {
-    std::atomic<size_t> next{0};
-    auto worker = [&] {
-      for (;;) {
-        size_t k = next++;
-        if (k >= count) return;
-        {
-          std::lock_guard<std::mutex> lock(mu);
-          if (!first_error.ok()) return;
-        }
-        Status st;
-        try {  // nothing thrown may leave a thread
-          st = fn(k);
-        } catch (const std::exception& e) {
-          st = Status::OutOfRange(std::string("out of memory: ") + e.what());
-        }
-        if (!st.ok()) {
-          std::lock_guard<std::mutex> lock(mu);
-          if (first_error.ok()) first_error = std::move(st);
-        }
-      }
-    };
-    int n = static_cast<int>(std::min<size_t>(std::max(1, o.max_workers), count));
-    std::vector<std::thread> threads;
-    for (int i = 1; i < n; ++i) threads.emplace_back(worker);
-    if (n > 0) worker();
-    for (auto& t : threads) t.join();
-  };
-  parallel_for(missing.size(), [&](size_t k) -> Status {
+  const int workers = std::max(1, o.max_workers);
+  Status headed = run_each_until_error(missing.size(), workers, [&](size_t, size_t k) -> Status {
     WL_ASSIGN_OR_RETURN(FileMeta m, head_file(c, repo_id, commit, missing[k], nullptr));
     m.revision = revision;  // messages name the revision asked for
     const TreeFile& listed = tree->at(missing[k]);
@@ -597,7 +569,7 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
     metas[k] = std::move(m);
     return Status();
   });
-  if (!first_error.ok()) return first_error;
+  WL_RETURN_IF_ERROR(headed);
   // Phase 2: bytes, largest files first (they take the longest); deferred files are left to the caller.
   std::vector<size_t> order;
   uint64_t total = 0;
@@ -613,13 +585,13 @@ Result<SnapshotPlan> snapshot_download_except(const std::string& repo_id, const 
   if (o.progress && total > 0)
     c.bar =
         std::make_unique<ProgressBar>("Fetching " + std::to_string(order.size()) + " files", total, true, stderr, "B");
-  parallel_for(order.size(), [&](size_t i) -> Status {
+  Status fetched = run_each_until_error(order.size(), workers, [&](size_t, size_t i) -> Status {
     const FileMeta& m = *metas[order[i]];
     WL_RETURN_IF_ERROR(fetch_blob(c, m));
     return link_pointer(c, storage, commit, m.path, m.etag);
   });
   if (c.bar) c.bar->finish();
-  if (!first_error.ok()) return first_error;
+  WL_RETURN_IF_ERROR(fetched);
   return plan;
 }
 

@@ -4,71 +4,64 @@
 
 #include <fmt/format.h>
 
+#include "core/runs.h"
 #include "weightlift/tensor.h"
 
 namespace wl {
 
 namespace {
 
+// One file brought into the page cache. A mapped file is brought in block
+// by block by mapping the block's pages (read faults: no copy, no buffer)
+// and dropping them from this process again; other sources are read into
+// `buf` (allocated on first use, reused).
+Status prefetch_file(const std::string& path, const PrefetchOptions& o, const std::atomic<bool>* stop, Buffer& buf) {
+  WL_ASSIGN_OR_RETURN(auto f, o.env->open(path, {.mode = FileMode::kMmap}));
+  // Remote: nothing to warm (no page cache). Mostly cached: mapping it in
+  // again would only take the consumer's CPU.
+  if (f->is_remote() || f->mostly_cached()) return Status();
+  const bool mapped = f->size() == 0 || f->view(0, 1).ok();
+  if (!mapped && buf.size() == 0) {
+    WL_ASSIGN_OR_RETURN(buf, Buffer::allocate(static_cast<size_t>(o.block_size), 4096));
+  }
+  f->advise(0, f->size(), Advice::kSequential);
+  for (uint64_t off = 0; off < f->size() && !(stop && stop->load()); off += o.block_size) {
+    uint64_t n = std::min<uint64_t>(o.block_size, f->size() - off);
+    if (mapped) {
+      f->advise(off, n, Advice::kPopulate);
+      f->advise(off, n, Advice::kRelease);
+    } else {
+      WL_RETURN_IF_ERROR(f->read_at(off, buf.span().first(static_cast<size_t>(n))));
+    }
+  }
+  return Status();
+}
+
 Status prefetch_impl(const std::vector<std::string>& files, const PrefetchOptions& o, const std::atomic<bool>* stop) {
   std::vector<std::string> mine;
   for (size_t i = static_cast<size_t>(o.rank); i < files.size(); i += static_cast<size_t>(o.world_size))
     mine.push_back(files[i]);
   const size_t total = mine.size();
-  std::atomic<size_t> next{0};
   std::mutex mu;
   size_t completed = 0;
   int next_pct = 10;
-  auto worker = [&] {
-    Buffer buf;  // only for files that cannot be mapped
-    while (!(stop && stop->load())) {
-      size_t i = next.fetch_add(1);
-      if (i >= total) return;
-      Status st;
-      // A mapped file is brought in block by block by mapping the block's
-      // pages (read faults: no copy, no buffer) and dropping them from this
-      // process again; other sources are read into one reused buffer.
-      auto f = o.env->open(mine[i], {.mode = FileMode::kMmap});
-      if (!f.ok()) {
-        st = f.status();
-      } else if ((*f)->is_remote()) {
-        // Nothing to warm: a remote object does not go through the page cache.
-      } else if ((*f)->mostly_cached()) {
-        // Warm already: mapping it in again would only take the consumer's CPU.
-      } else {
-        const bool mapped = (*f)->size() == 0 || (*f)->view(0, 1).ok();
-        if (!mapped && buf.size() == 0) {
-          auto b = Buffer::allocate(static_cast<size_t>(o.block_size), 4096);
-          if (!b.ok()) return;
-          buf = std::move(*b);
-        }
-        (*f)->advise(0, (*f)->size(), Advice::kSequential);
-        for (uint64_t off = 0; off < (*f)->size() && st.ok() && !(stop && stop->load()); off += o.block_size) {
-          uint64_t n = std::min<uint64_t>(o.block_size, (*f)->size() - off);
-          if (mapped) {
-            (*f)->advise(off, n, Advice::kPopulate);
-            (*f)->advise(off, n, Advice::kRelease);
-          } else {
-            st = (*f)->read_at(off, buf.span().first(static_cast<size_t>(n)));
-          }
-        }
-      }
-      std::lock_guard lk(mu);
-      if (!st.ok()) {
-        if (o.log) o.log(fmt::format("warning: failed to prefetch {}: {}", mine[i], st.to_string()));
-        continue;
-      }
-      ++completed;
-      while (o.log && next_pct <= 100 && completed * 100 >= static_cast<size_t>(next_pct) * total) {
-        o.log(fmt::format("Prefetching checkpoint files: {}% ({}/{})", next_pct, completed, total));
-        next_pct += 10;
-      }
+  const int threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(o.threads), std::max<size_t>(total, 1)));
+  std::vector<Buffer> bufs(static_cast<size_t>(threads));  // per worker, only for files that cannot be mapped
+  run_each(total, threads, [&](size_t w, size_t i) {
+    if (stop && stop->load()) return false;
+    Status st = prefetch_file(mine[i], o, stop, bufs[w]);
+    std::lock_guard lk(mu);
+    if (!st.ok()) {
+      if (o.log) o.log(fmt::format("warning: failed to prefetch {}: {}", mine[i], st.to_string()));
+      return true;
     }
-  };
-  std::vector<std::thread> ts;
-  int n = static_cast<int>(std::min<size_t>(static_cast<size_t>(o.threads), std::max<size_t>(total, 1)));
-  for (int t = 0; t < n; ++t) ts.emplace_back(worker);
-  for (auto& t : ts) t.join();
+    ++completed;
+    while (o.log && next_pct <= 100 && completed * 100 >= static_cast<size_t>(next_pct) * total) {
+      o.log(fmt::format("Prefetching checkpoint files: {}% ({}/{})", next_pct, completed, total));
+      next_pct += 10;
+    }
+    return true;
+  });
   return Status();
 }
 
