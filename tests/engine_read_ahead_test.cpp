@@ -473,6 +473,35 @@ TEST(ReadAhead, DroppedWhileItWaitsForTheLoadItStops) {
 // through the pinned ring. On the fake backend: nothing reaches the device
 // before the load, and the load's copies come from the staging (remote) or
 // the page cache (local) without asking the source again.
+// A model built before the job has read the headers: the load asks what
+// the job will cover and waits for its plan (not "not planned yet").
+TEST(ReadAhead, WaitPlannedReturnsTheSizesOnceTheHeadersAreRead) {
+  TempDir dir;
+  auto files = urls(two_files(dir));
+  FakeRemote remote(dir.path());
+  remote.delay_ms = 150;  // each header read: planning takes ~0.6 s
+  ReadAheadOptions o;
+  o.env = &remote;
+  o.block_size = kMiB;
+  o.threads = 1;
+  auto ra = ReadAhead::start(files, o);
+  ASSERT_TRUE(ra.ok());
+  ReadAheadProgress p = (*ra)->wait_planned();
+  EXPECT_TRUE(p.planned);
+  EXPECT_EQ(p.bytes_planned, 7 * kMiB + 4096);
+  EXPECT_EQ(p.bytes_capped, 0u);
+  (*ra)->stop();
+  // A plan that fails: the job has ended, unplanned, and says why.
+  ReadAheadOptions bad = o;
+  remote.delay_ms = 0;
+  auto gone = ReadAhead::start({std::string(FakeRemote::kPrefix) + "missing.safetensors"}, bad);
+  ASSERT_TRUE(gone.ok());
+  p = (*gone)->wait_planned();
+  EXPECT_FALSE(p.planned);
+  EXPECT_TRUE(p.done);
+  EXPECT_FALSE((*gone)->wait().ok());
+}
+
 TEST(ReadAheadDevice, HostReadsAheadAndDeviceCopiesOnlyInTheLoad) {
   gpu::fake::install();
   ASSERT_TRUE(gpu::set_ring_options({4, 64 << 10, 2}).ok());

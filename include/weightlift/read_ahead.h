@@ -104,6 +104,11 @@ class ReadAhead {
   ReadAhead& operator=(const ReadAhead&) = delete;
 
   ReadAheadProgress progress() const;
+  // Waits until the job has planned (its sizes known: planned, bytes_planned,
+  // bytes_capped) or has ended, and returns the progress then. Planning
+  // reads the files' headers only; a load that asks what the job will cover
+  // (a model built faster than the headers are read) waits here.
+  ReadAheadProgress wait_planned() const;
   // Waits until the job has ended; what it met (OK, or the first failure:
   // the load reads those bytes itself).
   Status wait();

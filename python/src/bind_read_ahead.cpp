@@ -58,8 +58,7 @@ std::unique_ptr<wl::ReadAhead> start(std::vector<std::string> files, int threads
   return unwrap(wl::ReadAhead::start(std::move(files), std::move(o)));
 }
 
-nb::dict progress(const wl::ReadAhead& ra) {
-  wl::ReadAheadProgress p = ra.progress();
+nb::dict progress_dict(const wl::ReadAheadProgress& p) {
   nb::dict d;
   d["bytes_planned"] = p.bytes_planned;
   d["bytes_cached"] = p.bytes_cached;
@@ -74,6 +73,17 @@ nb::dict progress(const wl::ReadAhead& ra) {
   d["remote"] = p.remote;
   d["seconds"] = p.seconds;
   return d;
+}
+
+nb::dict progress(const wl::ReadAhead& ra) { return progress_dict(ra.progress()); }
+
+nb::dict wait_planned(const wl::ReadAhead& ra) {
+  wl::ReadAheadProgress p;
+  {
+    nb::gil_scoped_release nogil;
+    p = ra.wait_planned();
+  }
+  return progress_dict(p);
 }
 
 nb::dict populate(const std::vector<std::pair<uintptr_t, uint64_t>>& ranges, int threads) {
@@ -111,6 +121,8 @@ void bind_read_ahead(nb::module_& m) {
                   "world_size"_a = 1, "local_expert_ids"_a.none() = nb::none(), "only"_a.none() = nb::none(),
                   "first"_a.none() = nb::none(), nb::call_guard<nb::gil_scoped_release>())
       .def("progress", &progress)
+      .def("wait_planned", &wait_planned,
+           "progress() once the job has planned (its sizes known) or ended; the GIL released while waiting")
       .def(
           "wait",
           [](wl::ReadAhead& ra) {

@@ -550,6 +550,14 @@ ReadAheadProgress ReadAhead::progress() const {
   return p;
 }
 
+ReadAheadProgress ReadAhead::wait_planned() const {
+  {
+    std::unique_lock lk(s_->mu);
+    s_->cv.wait(lk, [&] { return s_->p.planned || s_->p.done; });
+  }
+  return progress();
+}
+
 Env* ReadAhead::env() { return s_->env.get(); }
 
 // ---- populate_read -------------------------------------------------------------------------------

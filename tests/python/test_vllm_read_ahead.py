@@ -57,6 +57,10 @@ def test_a_local_folder_is_read_ahead_with_the_expert_filter(folder, caplog):
     loader = FakeLoader(str(path), files, experts={1})
     early = _read_ahead.start(loader, CONFIG)
     assert early is not None and not early.remote and early.files == files
+    # Asked at once (a model built before the headers were read): waits for the plan.
+    assert early.covers_everything()
+    planned = early.job.wait_planned()
+    assert planned["planned"] and planned["bytes_capped"] == 0
     assert early.job.wait() == ""
     assert early.covers_everything()
     with caplog.at_level(logging.INFO, logger="weightlift.vllm"):

@@ -74,8 +74,10 @@ class EarlyReads:
 
     def covers_everything(self) -> bool:
         """Every byte of the load is read ahead (or is being): nothing was
-        left to the load by the memory bound."""
-        p = self.progress()
+        left to the load by the memory bound. Waits for the job's plan (its
+        headers read) when the model was built before it."""
+        job = self.job
+        p = dict(job.wait_planned()) if job is not None else self.progress()
         return bool(p.get("planned")) and p.get("bytes_capped", 1) == 0
 
     def placement_starts(self) -> dict:
