@@ -190,5 +190,25 @@ TEST(Runs, UntilErrorReturnsTheFirstFailureAndTurnsExceptionsIntoOne) {
   EXPECT_NE(st.message().find("bad state"), std::string::npos) << st.message();
 }
 
+// The form populate_read uses: runs, each front to back, the first failure
+// returned and no run started after it.
+TEST(Runs, InOrderUntilErrorStopsWithinTheFailingRun) {
+  const size_t ends[] = {6};
+  std::vector<size_t> seen;
+  Status st = run_in_order_until_error(cut_runs(ends, 3), 1, [&](size_t, size_t item) {
+    seen.push_back(item);
+    return item == 1 ? Status::IoError("chunk 1") : Status();
+  });
+  EXPECT_EQ(st.code(), Code::kIoError);
+  EXPECT_EQ(st.message(), "chunk 1");
+  EXPECT_EQ(seen, (std::vector<size_t>{0, 1}));
+  std::atomic<size_t> calls{0};
+  EXPECT_TRUE(run_in_order_until_error(cut_runs(ends, 2), 3, [&](size_t, size_t) {
+                ++calls;
+                return Status();
+              }).ok());
+  EXPECT_EQ(calls.load(), 6u);
+}
+
 }  // namespace
 }  // namespace wl

@@ -58,10 +58,11 @@ void run_each(size_t n, int threads, const std::function<bool(size_t, size_t)>& 
   run_in_order(cut_runs(ends, 1), threads, fn);
 }
 
-Status run_each_until_error(size_t n, int threads, const std::function<Status(size_t, size_t)>& fn) {
+Status run_in_order_until_error(std::span<const std::pair<size_t, size_t>> runs, int threads,
+                                const std::function<Status(size_t, size_t)>& fn) {
   std::mutex mu;
   Status first;
-  run_each(n, threads, [&](size_t w, size_t item) {
+  run_in_order(runs, threads, [&](size_t w, size_t item) {
     Status st;
     try {
       st = fn(w, item);
@@ -76,6 +77,11 @@ Status run_each_until_error(size_t n, int threads, const std::function<Status(si
     return false;
   });
   return first;
+}
+
+Status run_each_until_error(size_t n, int threads, const std::function<Status(size_t, size_t)>& fn) {
+  const size_t ends[] = {n};
+  return run_in_order_until_error(cut_runs(ends, 1), threads, fn);
 }
 
 }  // namespace wl

@@ -41,10 +41,14 @@ void run_in_order(std::span<const std::pair<size_t, size_t>> runs, int threads,
 // the items one at a time, in order. Same contract otherwise.
 void run_each(size_t n, int threads, const std::function<bool(size_t worker, size_t item)>& fn);
 
-// run_each for work that fails with a Status: the first failure stops the
-// rest and is returned (OK when every item succeeded). An exception thrown
-// by fn is that item's failure: kOutOfRange "out of memory: ..." for
+// run_in_order for work that fails with a Status: the first failure stops
+// the rest and is returned (OK when every item succeeded). An exception
+// thrown by fn is that item's failure: kOutOfRange "out of memory: ..." for
 // std::bad_alloc, kInternal for any other std::exception.
+Status run_in_order_until_error(std::span<const std::pair<size_t, size_t>> runs, int threads,
+                                const std::function<Status(size_t worker, size_t item)>& fn);
+
+// run_in_order_until_error with every item of [0, n) a run of its own.
 Status run_each_until_error(size_t n, int threads, const std::function<Status(size_t worker, size_t item)>& fn);
 
 }  // namespace wl

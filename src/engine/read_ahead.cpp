@@ -628,16 +628,8 @@ Result<PopulateStats> populate_read(std::span<const MappedRange> ranges, int thr
     missing += (pages - std::min(resident_pages(c.begin, c.end, page), pages)) * page;
   }
   // Each thread pages in runs of a range's consecutive chunks, as the read-ahead reads its blocks.
-  std::mutex mu;
-  Status first;
-  run_in_order(cut_runs(range_ends, kRunBlocks), threads ? threads : kPopulateThreads, [&](size_t, size_t ci) {
-    Status s = populate_chunk(chunks[ci], page);
-    if (s.ok()) return true;
-    std::lock_guard lk(mu);
-    if (first.ok()) first = std::move(s);
-    return false;
-  });
-  WL_RETURN_IF_ERROR(first);
+  WL_RETURN_IF_ERROR(run_in_order_until_error(cut_runs(range_ends, kRunBlocks), threads ? threads : kPopulateThreads,
+                                              [&](size_t, size_t ci) { return populate_chunk(chunks[ci], page); }));
   st.bytes_not_resident = std::min(missing, st.bytes);
   st.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return st;
