@@ -436,7 +436,7 @@ TEST(ReadAhead, ALoadThatOvertakesTheJobReadsTheRestAndTheJobStops) {
   o.threads = 1;
   auto ra = ReadAhead::start(files, o);
   ASSERT_TRUE(ra.ok());
-  while (!(*ra)->progress().planned) std::this_thread::yield();
+  ASSERT_TRUE((*ra)->wait_planned().planned);
   LoadOptions lo = plain;
   lo.env = (*ra)->env();
   auto got = load_all(files, lo);
@@ -461,18 +461,11 @@ TEST(ReadAhead, DroppedWhileItWaitsForTheLoadItStops) {
   o.max_memory = 256 << 10;  // one block, never consumed
   auto ra = ReadAhead::start(files, o);
   ASSERT_TRUE(ra.ok());
-  while (!(*ra)->progress().planned) std::this_thread::yield();
+  ASSERT_TRUE((*ra)->wait_planned().planned);
   ra->reset();  // returns: the waiting workers are woken and joined
   SUCCEED();
 }
 
-// ---- device loads: host reads ahead, device copies only in the load ---------------------------------
-
-// What vLLM's GPU worker does: the read-ahead runs while the model is built
-// (no device memory exists yet); the load then copies into device memory
-// through the pinned ring. On the fake backend: nothing reaches the device
-// before the load, and the load's copies come from the staging (remote) or
-// the page cache (local) without asking the source again.
 // A model built before the job has read the headers: the load asks what
 // the job will cover and waits for its plan (not "not planned yet").
 TEST(ReadAhead, WaitPlannedReturnsTheSizesOnceTheHeadersAreRead) {
@@ -492,9 +485,8 @@ TEST(ReadAhead, WaitPlannedReturnsTheSizesOnceTheHeadersAreRead) {
   EXPECT_EQ(p.bytes_capped, 0u);
   (*ra)->stop();
   // A plan that fails: the job has ended, unplanned, and says why.
-  ReadAheadOptions bad = o;
   remote.delay_ms = 0;
-  auto gone = ReadAhead::start({std::string(FakeRemote::kPrefix) + "missing.safetensors"}, bad);
+  auto gone = ReadAhead::start({std::string(FakeRemote::kPrefix) + "missing.safetensors"}, o);
   ASSERT_TRUE(gone.ok());
   p = (*gone)->wait_planned();
   EXPECT_FALSE(p.planned);
@@ -502,6 +494,13 @@ TEST(ReadAhead, WaitPlannedReturnsTheSizesOnceTheHeadersAreRead) {
   EXPECT_FALSE((*gone)->wait().ok());
 }
 
+// ---- device loads: host reads ahead, device copies only in the load ---------------------------------
+
+// What vLLM's GPU worker does: the read-ahead runs while the model is built
+// (no device memory exists yet); the load then copies into device memory
+// through the pinned ring. On the fake backend: nothing reaches the device
+// before the load, and the load's copies come from the staging (remote) or
+// the page cache (local) without asking the source again.
 TEST(ReadAheadDevice, HostReadsAheadAndDeviceCopiesOnlyInTheLoad) {
   gpu::fake::install();
   ASSERT_TRUE(gpu::set_ring_options({4, 64 << 10, 2}).ok());
